@@ -1,0 +1,236 @@
+"""The arena environment: five NPCs with one shared policy against a scripted bot."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from . import physics
+from .bots import BotState, World, scripted_bot
+from .observe import can_melee, observe
+from .rewards import shaping, team_reward
+from .spawn import initial_state
+from .types import (
+    BOT_WIN,
+    MELEE,
+    MOVE_TO_BOT,
+    NPC_WIN,
+    NUM_ACTIONS,
+    NUM_NPCS,
+    NUM_TAGS,
+    OBS_SIZE,
+    RANGED,
+    RETREAT,
+    RUNNING,
+    STRAFE_LEFT,
+    STRAFE_RIGHT,
+    TIMEOUT,
+    EnvParams,
+    EnvState,
+    ticks,
+)
+
+
+class Arena:
+    """The paper's 30x30 combat arena, as pure functions over explicit params.
+
+    Five NPCs (60 HP, 4 u/s, melee 2.5 u for 15 every 0.5 s, plus orbs) fight
+    one scripted bot (300 HP, 5 u/s, melee 3.0 u for 15 every 0.8 s). One
+    tick is `params.dt` = 0.1 s; an episode times out after 120 s.
+
+    Observation: float32 (5, 23), one row per NPC (Table 3):
+        [0:3]   self  x/30, z/30, hp/60
+        [3:10]  bot   x/30, z/30, hp/300, distance/d_max, can-melee (0/1),
+                      nearest cover x/30, nearest cover z/30
+        [10:22] four allies in index order, each x/30, z/30, hp/60 (0 if dead)
+        [22]    strategy tag / 3 (always 0 in Combination A)
+    Action: int32 (5,), one of 6 per NPC (Table 4): 0 move toward the bot,
+        1 strafe left, 2 strafe right, 3 melee, 4 retreat, 5 ranged (orb).
+        Dead NPCs and out-of-range action values do nothing.
+    Reward: float32 (5,): the shared team reward (bot damage / 300, +1 kill,
+        -1 wipe) plus, for each living NPC, `shaping_weight` x the active
+        tag's Table 5 shaping term.
+    Done: () bool. `step` auto-resets; `info` keeps the finished episode's
+        outcome (1 NPC win, 2 bot win, 3 timeout), length in seconds,
+        `terminated`/`truncated` (a timeout truncates) and `final_obs`.
+
+    Usage::
+
+        env, params = jaxarena.make("Arena-v0", bot="balanced")
+        obs, state = env.reset(key, params)
+        obs, state, reward, done, info = env.step(key, state, actions, params)
+    """
+
+    num_agents = NUM_NPCS
+    obs_size = OBS_SIZE
+    num_actions = NUM_ACTIONS
+    num_tags = NUM_TAGS
+
+    def __init__(self, default_params: EnvParams | None = None):
+        self._default_params = default_params if default_params is not None else EnvParams()
+
+    @property
+    def default_params(self) -> EnvParams:
+        return self._default_params
+
+    def reset(self, key: jax.Array, params: EnvParams | None = None) -> tuple[jax.Array, EnvState]:
+        """Start an episode. Returns (obs (5, 23), state)."""
+        params = self._default_params if params is None else params
+        state = initial_state(key, params)
+        return observe(state, params), state
+
+    def step(self, key: jax.Array, state: EnvState, actions: jax.Array, params: EnvParams | None = None):
+        """Advance one tick; auto-reset when the episode ends.
+
+        `key` is used only to draw the next episode on a reset. Returns
+        (obs, state, reward, done, info); see the class docstring.
+        """
+        params = self._default_params if params is None else params
+        actions = _checked_actions(actions)
+        stepped, reward, terminated, truncated, info = self.step_env(key, state, actions, params)
+        done = terminated | truncated
+        # Salting the draw with the episode count keeps episodes distinct even
+        # when a caller (wrongly) reuses one key for every step.
+        fresh = initial_state(key, params, salt=state.episode + 1).replace(
+            episode=state.episode + 1, tag=state.tag
+        )
+        next_state = jax.tree.map(lambda a, b: jnp.where(done, a, b), fresh, stepped)
+        outcome = jnp.select(
+            [stepped.bot_hp <= 0.0, jnp.all(stepped.npc_hp <= 0.0), truncated],
+            [jnp.int32(NPC_WIN), jnp.int32(BOT_WIN), jnp.int32(TIMEOUT)],
+            jnp.int32(RUNNING),
+        )
+        info.update(
+            outcome=outcome,
+            episode_time=stepped.t.astype(jnp.float32) * params.dt,
+            terminated=terminated,
+            truncated=truncated,
+            final_obs=observe(stepped, params),
+        )
+        return observe(next_state, params), next_state, reward, done, info
+
+    def set_tag(self, state: EnvState, tag) -> EnvState:
+        """Set the strategy tag (0 Surround, 1 Aggressive, 2 Flank, 3 Retreat).
+
+        A concrete tag outside 0..3 raises ValueError. A traced tag cannot be
+        checked at trace time, so it is clipped into 0..3.
+        """
+        if not isinstance(tag, jax.core.Tracer):
+            value = jnp.asarray(tag)
+            if value.shape != () or not jnp.issubdtype(value.dtype, jnp.integer):
+                raise TypeError(f"tag must be a scalar integer, got {value.dtype}{list(value.shape)}")
+            if not 0 <= int(value) < NUM_TAGS:
+                raise ValueError(f"tag must be in 0..{NUM_TAGS - 1}, got {int(value)}")
+        return state.replace(tag=jnp.clip(jnp.asarray(tag, jnp.int32), 0, NUM_TAGS - 1))
+
+    def step_env(self, key, state: EnvState, actions, params: EnvParams):
+        """One tick without auto-reset: (state, reward, terminated, truncated, info).
+
+        Order within a tick: (1) the bot decides from the tick's starting
+        state; (2) melee strikes and orb launches resolve simultaneously on
+        the starting positions, which is what the observation showed; (3)
+        every unit moves and is pushed out of boxes and walls; (4) orbs fly
+        towards the bot's new position; (5) damage applies, cooldowns tick.
+        """
+        alive = state.npc_hp > 0.0
+        valid = (actions >= 0) & (actions < NUM_ACTIONS)
+        act = jnp.where(alive & valid, actions, -1)  # -1: no-op
+
+        world = World(state.bot_pos, state.bot_hp, state.npc_pos, alive)
+        bot = BotState(state.bot_mode, state.bot_phase_ticks, state.bot_phase_s)
+        bot_move, bot_attack, target, bot = scripted_bot(key, bot, world, params)
+
+        # (2) Attacks on the starting positions.
+        melee = (act == MELEE) & can_melee(state, params)
+        bot_strikes = bot_attack & (state.bot_melee_cd == 0)
+        hit_npc = (jnp.arange(NUM_NPCS) == target) & bot_strikes
+        fire = (act == RANGED) & (state.npc_orb_cd == 0) & ~jnp.all(state.orb_active, axis=-1)
+        orb_active = state.orb_active & alive[:, None]  # a dead NPC's orbs vanish
+        orbs = physics.fire_orbs(fire, state.npc_pos, state.bot_pos, state.orb_pos, state.orb_dir, state.orb_travel, orb_active)
+        orb_pos, orb_dir, orb_travel, orb_active = orbs
+
+        # (3) Movement. NPC directions are relative to the bot: strafing is
+        # along the NPC's left/right while it faces the bot.
+        to_bot = physics.safe_unit(state.bot_pos - state.npc_pos)
+        left = physics.rotate_left(to_bot)
+        npc_dir = jnp.select(
+            [act[:, None] == MOVE_TO_BOT, act[:, None] == STRAFE_LEFT, act[:, None] == STRAFE_RIGHT, act[:, None] == RETREAT],
+            [to_bot, left, -left, -to_bot],
+            0.0,
+        )
+        moved = jnp.concatenate(
+            [state.npc_pos + npc_dir * (params.npc_speed * params.dt), (state.bot_pos + bot_move * (params.bot_speed * params.dt))[None]]
+        )
+        moved = physics.resolve_collisions(moved, params.unit_radius, params.boxes, params.arena_size)
+        npc_pos, bot_pos = moved[:NUM_NPCS], moved[NUM_NPCS]
+
+        # (4) Orbs fly.
+        orb_pos, orb_travel, orb_active, orb_hits = physics.advance_orbs(orb_pos, orb_dir, orb_travel, orb_active, bot_pos, params)
+
+        # (5) Damage and cooldowns.
+        dealt = melee * params.npc_melee_damage + jnp.sum(orb_hits, axis=-1) * params.orb_damage
+        bot_hp = jnp.maximum(state.bot_hp - jnp.sum(dealt), 0.0)
+        taken = jnp.minimum(hit_npc * params.bot_melee_damage, state.npc_hp)
+        npc_hp = state.npc_hp - taken
+
+        def cool(cd, used, seconds):
+            return jnp.maximum(jnp.where(used, ticks(seconds, params.dt), cd) - 1, 0)
+
+        displacement = physics.norm(bot_pos - state.bot_pos)
+        to_target = physics.safe_unit(state.npc_pos[target] - state.bot_pos)
+        facing = jnp.where(
+            displacement > 1e-3,
+            physics.safe_unit(bot_pos - state.bot_pos),
+            jnp.where(jnp.any(alive), to_target, state.bot_facing),
+        )
+        facing = jnp.where(physics.norm(facing) > 0.5, facing, state.bot_facing)
+        t = state.t + 1
+        stepped = state.replace(
+            npc_pos=npc_pos,
+            npc_hp=npc_hp,
+            npc_melee_cd=cool(state.npc_melee_cd, melee, params.npc_melee_cooldown),
+            npc_orb_cd=cool(state.npc_orb_cd, fire, params.orb_cooldown),
+            orb_pos=orb_pos,
+            orb_dir=orb_dir,
+            orb_travel=orb_travel,
+            orb_active=orb_active,
+            bot_pos=bot_pos,
+            bot_hp=bot_hp,
+            bot_melee_cd=cool(state.bot_melee_cd, bot_strikes, params.bot_melee_cooldown),
+            bot_facing=facing,
+            bot_moving=displacement > 1e-3,
+            bot_mode=bot.mode,
+            bot_phase_ticks=bot.phase_ticks,
+            t=t,
+            damage_dealt=state.damage_dealt + (state.bot_hp - bot_hp),
+            damage_taken=state.damage_taken + jnp.sum(taken),
+        )
+
+        bot_killed = bot_hp <= 0.0
+        squad_wiped = jnp.all(npc_hp <= 0.0)
+        terminated = bot_killed | squad_wiped
+        truncated = ~terminated & (t >= ticks(params.episode_s, params.dt))
+        now_alive = npc_hp > 0.0
+        shaped = shaping(state.tag, npc_pos, bot_pos, facing, params) * now_alive
+        reward = team_reward(state.bot_hp - bot_hp, bot_killed, squad_wiped, params) + params.shaping_weight * shaped
+        info = {
+            "alive": alive,
+            "damage_dealt": dealt,
+            "damage_taken": taken,
+            "tag": state.tag,
+            "bot_mode": bot.mode,
+        }
+        return stepped, reward.astype(jnp.float32), terminated, truncated, info
+
+
+def _checked_actions(actions) -> jax.Array:
+    """Reject a wrong shape or dtype at trace time, with a message that helps."""
+    actions = jnp.asarray(actions)
+    if actions.shape != (NUM_NPCS,):
+        raise ValueError(
+            f"actions must have shape ({NUM_NPCS},), one per NPC, got {actions.shape}; "
+            "for a batch of arenas, jax.vmap env.step"
+        )
+    if not jnp.issubdtype(actions.dtype, jnp.integer):
+        raise TypeError(f"actions must be integers in 0..{NUM_ACTIONS - 1}, got dtype {actions.dtype}")
+    return actions.astype(jnp.int32)

@@ -1,0 +1,142 @@
+"""Movement, collisions with walls and boxes, and orb flight.
+
+All functions are pure, branch-free and work on any leading batch shape, so
+the arena's step stays a short chain of fused elementwise XLA ops.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+# Direction components smaller than this count as zero in the orb slab test;
+# 1/_EPS stays finite, so 0 * (1/_EPS) is 0 rather than NaN.
+_EPS = 1e-6
+
+
+def norm(v: jax.Array) -> jax.Array:
+    """Euclidean length over the last axis (which holds (x, z))."""
+    return jnp.sqrt(jnp.sum(v * v, axis=-1))
+
+
+def safe_unit(v: jax.Array) -> jax.Array:
+    """v / |v|, and the zero vector where |v| is zero."""
+    n = norm(v)[..., None]
+    return jnp.where(n > _EPS, v / jnp.maximum(n, _EPS), 0.0)
+
+
+def rotate_left(v: jax.Array) -> jax.Array:
+    """Rotate by +90 degrees seen from above, with x to the right and z up."""
+    return jnp.stack([-v[..., 1], v[..., 0]], axis=-1)
+
+
+def closest_box_points(pos: jax.Array, boxes: jax.Array) -> jax.Array:
+    """Closest point of each box to each position: (..., 2), (K, 4) -> (..., K, 2)."""
+    return jnp.clip(pos[..., None, :], boxes[:, :2], boxes[:, 2:])
+
+
+def nearest_box_point(pos: jax.Array, boxes: jax.Array) -> jax.Array:
+    """The closest point on any box, i.e. the nearest cover: (..., 2) -> (..., 2)."""
+    # A running minimum over the (few, static) boxes: elementwise selects
+    # fuse into one loop, where argmin + gather would not.
+    best, best_d2 = pos, jnp.full(pos.shape[:-1], jnp.inf, pos.dtype)
+    for k in range(boxes.shape[0]):
+        point = jnp.clip(pos, boxes[k, :2], boxes[k, 2:])
+        d2 = jnp.sum((point - pos) ** 2, axis=-1)
+        closer = d2 < best_d2
+        best = jnp.where(closer[..., None], point, best)
+        best_d2 = jnp.where(closer, d2, best_d2)
+    return best
+
+
+def resolve_collisions(pos: jax.Array, radius, boxes: jax.Array, arena_size) -> jax.Array:
+    """Push discs of `radius` out of every box, then inside the walls.
+
+    A disc overlapping a box is moved along the box's outward normal at the
+    contact point until it just touches. A centre exactly on or inside a box
+    (only reachable through user-made params) leaves by the nearest face.
+    Corrections for all boxes are summed: that is exact because `make`
+    checks that no two solids are closer than a disc's diameter, so a disc
+    touches at most one box at a time.
+    """
+    lo, hi = boxes[:, :2], boxes[:, 2:]
+    p = pos[..., None, :]
+    q = jnp.clip(p, lo, hi)
+    d = p - q
+    dist = norm(d)[..., None]
+    outside_push = jnp.where(
+        (dist < radius) & (dist > _EPS), d * (radius / jnp.maximum(dist, _EPS) - 1.0), 0.0
+    )
+    # Inside: penetration to each face; leave by the shallowest one.
+    to_lo, to_hi = p - lo, hi - p  # (..., K, 2) each
+    leave_lo = to_lo <= to_hi
+    depth = jnp.where(leave_lo, to_lo, to_hi) + radius
+    axis_x = depth[..., 0:1] <= depth[..., 1:2]
+    sign = jnp.where(leave_lo, -1.0, 1.0)
+    inside_push = sign * depth * jnp.concatenate([axis_x, ~axis_x], axis=-1)
+    push = jnp.where(dist <= _EPS, inside_push, outside_push)
+    pos = pos + jnp.sum(push, axis=-2)
+    return jnp.clip(pos, radius, arena_size - radius)
+
+
+def fire_orbs(
+    fire: jax.Array,
+    npc_pos: jax.Array,
+    target: jax.Array,
+    orb_pos: jax.Array,
+    orb_dir: jax.Array,
+    orb_travel: jax.Array,
+    orb_active: jax.Array,
+):
+    """Launch one orb per firing NPC into its first free slot, aimed at `target`.
+
+    fire: (5,) bool, already checked for alive, cooldown and a free slot.
+    Returns the updated (orb_pos, orb_dir, orb_travel, orb_active).
+    """
+    first_free = jnp.argmin(orb_active, axis=-1)  # argmin of bools: first False
+    slot = (jnp.arange(orb_active.shape[-1]) == first_free[:, None]) & fire[:, None]
+    aim = safe_unit(target - npc_pos)
+    orb_pos = jnp.where(slot[..., None], npc_pos[:, None, :], orb_pos)
+    orb_dir = jnp.where(slot[..., None], aim[:, None, :], orb_dir)
+    orb_travel = jnp.where(slot, 0.0, orb_travel)
+    return orb_pos, orb_dir, orb_travel, orb_active | slot
+
+
+def _segment_box_entry(p, direction, length, boxes):
+    """Distance along each ray at which it first enters any box (inf if none).
+
+    Slab test on axis-aligned boxes, vectorised over orbs and boxes.
+    """
+    inv = 1.0 / jnp.where(jnp.abs(direction) < _EPS, _EPS, direction)
+    p, inv = p[..., None, :], inv[..., None, :]
+    t1 = (boxes[:, :2] - p) * inv
+    t2 = (boxes[:, 2:] - p) * inv
+    t_near = jnp.max(jnp.minimum(t1, t2), axis=-1)
+    t_far = jnp.min(jnp.maximum(t1, t2), axis=-1)
+    hit = (t_near <= t_far) & (t_far >= 0.0) & (t_near <= length[..., None])
+    return jnp.min(jnp.where(hit, jnp.maximum(t_near, 0.0), jnp.inf), axis=-1)
+
+
+def advance_orbs(orb_pos, orb_dir, orb_travel, orb_active, bot_pos, params):
+    """Fly every active orb for one tick and find what it hits first.
+
+    An orb is a point; it hits the bot when its path this tick passes within
+    `unit_radius` of the bot's centre before it enters a box. It disappears
+    on a hit, on entering a box, on leaving the arena, or after `orb_range`.
+    Returns (orb_pos, orb_travel, orb_active, hits) with hits: (5, 2) bool.
+    """
+    step = jnp.minimum(params.orb_speed * params.dt, params.orb_range - orb_travel)
+    # Ray-circle intersection with the bot.
+    f = orb_pos - bot_pos
+    b = jnp.sum(f * orb_dir, axis=-1)
+    c = jnp.sum(f * f, axis=-1) - params.unit_radius**2
+    disc = b * b - c
+    t_bot = jnp.maximum(-b - jnp.sqrt(jnp.maximum(disc, 0.0)), 0.0)
+    reaches_bot = (disc >= 0.0) & (t_bot <= step) & ((-b >= 0.0) | (c <= 0.0))
+    t_box = _segment_box_entry(orb_pos, orb_dir, step, params.boxes)
+    hits = orb_active & reaches_bot & (t_bot <= t_box)
+    new_pos = orb_pos + orb_dir * step[..., None]
+    new_travel = orb_travel + step
+    inside = jnp.all((new_pos >= 0.0) & (new_pos <= params.arena_size), axis=-1)
+    alive = orb_active & ~hits & jnp.isinf(t_box) & inside & (new_travel < params.orb_range - 1e-4)
+    return new_pos, new_travel, alive, hits

@@ -1,0 +1,91 @@
+"""`jaxarena.make`: build an arena by id, with named bots and checked overrides."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+
+from .env import Arena
+from .types import BOT_TYPES, EnvParams
+
+REGISTERED_IDS = ("Arena-v0",)
+_ARRAY_FIELDS = {"boxes": (None, 4), "npc_spawn": (4,), "bot_spawn": (4,)}
+
+
+def make(env_id: str = "Arena-v0", bot: str | int | None = None, **overrides) -> tuple[Arena, EnvParams]:
+    """Create an environment and its default params.
+
+    Args:
+        env_id: one of `REGISTERED_IDS`.
+        bot: "aggressive", "evasive" or "balanced" (or its index); default balanced.
+        **overrides: any `EnvParams` field, e.g. `episode_s=60.0`.
+
+    Raises ValueError/TypeError with the valid choices on an unknown id, bot
+    name or field, or on a value of the wrong type or shape.
+    """
+    if env_id not in REGISTERED_IDS:
+        raise ValueError(f"unknown env id {env_id!r}; registered ids: {', '.join(REGISTERED_IDS)}")
+    if bot is not None:
+        if "bot_type" in overrides:
+            raise TypeError("pass either bot= or bot_type=, not both")
+        overrides["bot_type"] = bot_index(bot)
+    params = EnvParams(**_checked_overrides(overrides))
+    check_geometry(params)
+    return Arena(params), params
+
+
+def bot_index(bot: str | int) -> int:
+    """The integer `EnvParams.bot_type` of a bot name (or a valid index)."""
+    if isinstance(bot, str):
+        if bot.lower() not in BOT_TYPES:
+            raise ValueError(f"unknown bot {bot!r}; choose one of {', '.join(BOT_TYPES)}")
+        return BOT_TYPES.index(bot.lower())
+    if isinstance(bot, (int, np.integer)) and not isinstance(bot, bool) and 0 <= bot < len(BOT_TYPES):
+        return int(bot)
+    raise ValueError(f"bot must be one of {BOT_TYPES} or an index 0..{len(BOT_TYPES) - 1}, got {bot!r}")
+
+
+def _checked_overrides(overrides: dict) -> dict:
+    fields = {f.name for f in dataclasses.fields(EnvParams)}
+    unknown = sorted(set(overrides) - fields)
+    if unknown:
+        raise TypeError(f"unknown EnvParams field(s) {unknown}; valid fields: {sorted(fields)}")
+    checked = {}
+    for name, value in overrides.items():
+        if name in _ARRAY_FIELDS:
+            array = np.asarray(value, dtype=np.float32)
+            want = _ARRAY_FIELDS[name]
+            if array.ndim != len(want) or any(w is not None and w != s for w, s in zip(want, array.shape)):
+                raise ValueError(f"{name} must have shape {want} (None: any), got {array.shape}")
+            checked[name] = jnp.asarray(array)
+        elif name == "bot_type":
+            checked[name] = bot_index(value)
+        else:
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+                raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+            if not np.isfinite(value):
+                raise ValueError(f"{name} must be finite, got {value}")
+            checked[name] = float(value)
+    return checked
+
+
+def check_geometry(params: EnvParams) -> None:
+    """Refuse layouts the one-pass collision rule cannot resolve exactly.
+
+    Boxes must lie inside the arena with min < max, and every pair of solids
+    (box-box, box-wall) must leave a gap wider than a unit's diameter.
+    """
+    boxes = np.asarray(params.boxes, dtype=np.float64)
+    size, gap = float(params.arena_size), 2.0 * float(params.unit_radius)
+    if boxes.size and np.any(boxes[:, :2] >= boxes[:, 2:]):
+        raise ValueError("every box needs x_min < x_max and z_min < z_max")
+    if boxes.size and (np.any(boxes[:, :2] < gap) or np.any(boxes[:, 2:] > size - gap)):
+        raise ValueError(f"boxes must keep more than {gap} u from the walls")
+    for i in range(len(boxes)):
+        for j in range(i + 1, len(boxes)):
+            dx = max(boxes[i, 0] - boxes[j, 2], boxes[j, 0] - boxes[i, 2], 0.0)
+            dz = max(boxes[i, 1] - boxes[j, 3], boxes[j, 1] - boxes[i, 3], 0.0)
+            if np.hypot(dx, dz) <= gap:
+                raise ValueError(f"boxes {i} and {j} are closer than a unit's diameter ({gap} u)")
