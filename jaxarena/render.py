@@ -1,0 +1,163 @@
+"""Record an episode and draw it: PNG frames and an animated GIF.
+
+Drawing is plain PIL on host-side numpy copies of the states, so it never
+touches the jitted simulation. The picture shows the arena, its boxes and
+spawn zones, the five NPCs and the bot with HP bars, the bot's facing and
+mode, orbs in flight, the active strategy tag and the game clock.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from PIL import Image, ImageDraw
+
+from .env import Arena
+from .observe import observe
+from .types import BOT_TYPES, OUTCOMES, TAGS, EnvParams, EnvState, ticks
+
+Policy = Callable[[jax.Array, jax.Array], jax.Array]  # (key, obs (5, 23)) -> actions (5,)
+
+_BG, _ZONE_NPC, _ZONE_BOT = (245, 243, 236), (214, 228, 247), (247, 218, 214)
+_BOX, _NPC, _BOT, _DEAD, _ORB = (120, 120, 128), (40, 90, 200), (200, 50, 40), (170, 170, 170), (240, 180, 0)
+
+
+class Recording(NamedTuple):
+    """A recorded episode: states[0] is the start, states[i] after tick i."""
+
+    states: EnvState  # stacked on a leading time axis, numpy leaves
+    length: int  # ticks played
+    outcome: int  # 1 NPC win, 2 bot win, 3 timeout
+
+
+def random_policy(key: jax.Array, obs: jax.Array) -> jax.Array:
+    """Uniformly random actions for the five NPCs."""
+    return jax.random.randint(key, (obs.shape[0],), 0, 6)
+
+
+def record_episode(env: Arena, params: EnvParams, policy: Policy, key: jax.Array) -> Recording:
+    """Play one episode to its end under `policy` and keep every state.
+
+    Runs as one jitted `lax.scan` of `episode_s / dt` ticks; once the episode
+    ends, the state is frozen, so trailing frames are dropped on the host.
+    """
+    n_ticks = int(ticks(params.episode_s, params.dt))
+
+    @jax.jit
+    def run(key):
+        key, reset_key = jax.random.split(key)
+        _, state = env.reset(reset_key, params)
+
+        def tick(carry, step_key):
+            state, finished, outcome = carry
+            policy_key, env_key = jax.random.split(step_key)
+            actions = policy(policy_key, observe(state, params))
+            new_state, _, terminated, truncated, _ = env.step_env(env_key, state, actions, params)
+            now_done = (terminated | truncated) & ~finished
+            result = jnp.select([new_state.bot_hp <= 0, jnp.all(new_state.npc_hp <= 0)], [1, 2], 3)
+            outcome = jnp.where(now_done, result, outcome)
+            state = jax.tree.map(lambda a, b: jnp.where(finished, a, b), state, new_state)
+            return (state, finished | terminated | truncated, outcome), state
+
+        (_, _, outcome), states = jax.lax.scan(
+            tick, (state, jnp.asarray(False), jnp.int32(0)), jax.random.split(key, n_ticks)
+        )
+        states = jax.tree.map(lambda s0, s: jnp.concatenate([s0[None], s]), state, states)
+        return states, outcome
+
+    states, outcome = run(key)
+    states = jax.tree.map(np.asarray, states)
+    length = int(states.t.max())
+    return Recording(jax.tree.map(lambda x: x[: length + 1], states), length, int(outcome))
+
+
+def _frame_state(states: EnvState, i: int) -> EnvState:
+    return jax.tree.map(lambda x: x[i], states)
+
+
+def draw_frame(state: EnvState, params: EnvParams, size: int = 480) -> Image.Image:
+    """Draw one (unbatched, numpy) state as a square RGB image."""
+    arena = float(params.arena_size)
+    scale = size / arena
+    margin = 28  # room for the status line at the top
+
+    def xy(p):
+        return p[0] * scale, margin + (arena - p[1]) * scale  # z points up
+
+    def rect(box, fill):
+        x0, y1 = xy(box[:2])
+        x1, y0 = xy(box[2:])
+        draw.rectangle([x0, y0, x1, y1], fill=fill)
+
+    image = Image.new("RGB", (size, size + margin), _BG)
+    draw = ImageDraw.Draw(image)
+    rect(np.asarray(params.npc_spawn), _ZONE_NPC)
+    rect(np.asarray(params.bot_spawn), _ZONE_BOT)
+    for box in np.asarray(params.boxes):
+        rect(box, _BOX)
+    draw.rectangle([0, margin, size - 1, size + margin - 1], outline=(60, 60, 60), width=2)
+
+    r = float(params.unit_radius) * scale * 1.3
+
+    def unit(pos, hp_frac, colour):
+        cx, cy = xy(pos)
+        draw.ellipse([cx - r, cy - r, cx + r, cy + r], fill=colour if hp_frac > 0 else _DEAD)
+        if hp_frac > 0:
+            w = 2.2 * r
+            draw.rectangle([cx - w / 2, cy - r - 7, cx + w / 2, cy - r - 3], fill=(90, 0, 0))
+            draw.rectangle([cx - w / 2, cy - r - 7, cx - w / 2 + w * hp_frac, cy - r - 3], fill=(40, 200, 60))
+
+    for i in range(state.npc_pos.shape[0]):
+        unit(state.npc_pos[i], float(state.npc_hp[i]) / float(params.npc_hp), _NPC)
+    unit(state.bot_pos, float(state.bot_hp) / float(params.bot_hp), _BOT)
+    bx, by = xy(state.bot_pos)
+    fx, fy = xy(state.bot_pos + 1.5 * state.bot_facing)
+    draw.line([bx, by, fx, fy], fill=(90, 0, 0), width=3)
+    for pos, active in zip(state.orb_pos.reshape(-1, 2), state.orb_active.reshape(-1)):
+        if active:
+            ox, oy = xy(pos)
+            draw.ellipse([ox - 3, oy - 3, ox + 3, oy + 3], fill=_ORB, outline=(120, 80, 0))
+
+    bot_name = BOT_TYPES[int(params.bot_type)]
+    mode = ("aggressive", "evasive")[int(state.bot_mode)]
+    seconds = int(state.t) * float(params.dt)
+    status = f"t={seconds:5.1f}s  tag={TAGS[int(state.tag)]}  bot={bot_name} ({mode})  alive={int((state.npc_hp > 0).sum())}/5"
+    draw.text((6, 8), status, fill=(20, 20, 20))
+    return image
+
+
+def render_frames(recording: Recording, params: EnvParams, every: int = 1, size: int = 480) -> list[Image.Image]:
+    """Every `every`-th frame of a recording (the last one always included)."""
+    indices = list(range(0, recording.length + 1, every))
+    if indices[-1] != recording.length:
+        indices.append(recording.length)
+    return [draw_frame(_frame_state(recording.states, i), params, size) for i in indices]
+
+
+def write_gif(frames: list[Image.Image], path: str | Path, seconds_per_frame: float = 0.1) -> Path:
+    """Save frames as a looping GIF; returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.gif")
+    frames[0].save(tmp, save_all=True, append_images=frames[1:], duration=int(seconds_per_frame * 1000), loop=0)
+    tmp.replace(path)  # never leave a half-written GIF behind
+    return path
+
+
+def write_png_frames(frames: list[Image.Image], folder: str | Path) -> list[Path]:
+    """Save frames as frame_00000.png ... in `folder`."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i, frame in enumerate(frames):
+        paths.append(folder / f"frame_{i:05d}.png")
+        frame.save(paths[-1])
+    return paths
+
+
+def outcome_name(outcome: int) -> str:
+    return OUTCOMES[outcome]

@@ -1,0 +1,80 @@
+"""Table 5: each tag's shaping term at known angles and distances."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import jaxarena
+from jaxarena.rewards import shaping
+from jaxarena.types import AGGRESSIVE, FLANK, RETREAT_TAG, SURROUND
+
+from conftest import build_state
+
+_, PARAMS = jaxarena.make("Arena-v0")
+D_MAX = 30.0 * np.sqrt(2.0)
+BOT = np.array([15.0, 15.0], np.float32)
+FACING = np.array([0.0, 1.0], np.float32)  # the bot looks along +z
+
+
+def at(theta_deg, d):
+    """Five NPC positions at bearing theta (from the facing) and distance d."""
+    t = np.deg2rad(theta_deg)
+    offset = d * np.array([-np.sin(t), np.cos(t)])  # +theta turns left of the facing
+    return jnp.asarray(np.tile(BOT + offset, (5, 1)), jnp.float32)
+
+
+def term(tag, theta, d):
+    return float(shaping(jnp.int32(tag), at(theta, d), jnp.asarray(BOT), jnp.asarray(FACING), PARAMS)[0])
+
+
+@pytest.mark.parametrize("theta", [0.0, 30.0, 90.0, -90.0, 150.0, 180.0])
+def test_surround_is_0_005_abs_sin_theta(theta):
+    assert term(SURROUND, theta, 5.0) == pytest.approx(0.005 * abs(np.sin(np.deg2rad(theta))), abs=1e-7)
+
+
+@pytest.mark.parametrize("d", [0.5, 3.0, 10.0, 30.0, D_MAX])
+def test_aggressive_is_0_01_times_one_minus_d_over_dmax(d):
+    assert term(AGGRESSIVE, 37.0, d) == pytest.approx(0.01 * (1.0 - d / D_MAX), abs=1e-7)
+
+
+@pytest.mark.parametrize(
+    "theta,inside",
+    [(0.0, False), (59.0, False), (61.0, True), (90.0, True), (119.0, True), (121.0, False), (-61.0, True), (-119.0, True), (-121.0, False), (180.0, False)],
+)
+def test_flank_pays_0_0075_only_in_the_lateral_arcs(theta, inside):
+    assert term(FLANK, theta, 6.0) == pytest.approx(0.0075 if inside else 0.0, abs=1e-9)
+
+
+@pytest.mark.parametrize("d", [1.0, 7.9, 8.1, 20.0, D_MAX])
+def test_retreat_term_and_its_close_range_penalty(d):
+    expected = min(0.005 * d / D_MAX, 0.005) - (0.005 if d < 8.0 else 0.0)
+    assert term(RETREAT_TAG, 10.0, d) == pytest.approx(expected, abs=1e-7)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(-179.0, 179.0), st.floats(0.1, 40.0), st.integers(0, 3))
+def test_every_term_is_bounded_by_its_table5_maximum(theta, d, tag):
+    value = term(tag, theta, d)
+    bounds = {SURROUND: (0.0, 0.005), AGGRESSIVE: (0.0, 0.01), FLANK: (0.0, 0.0075), RETREAT_TAG: (-0.005, 0.005)}
+    lo, hi = bounds[tag]
+    assert lo - 1e-7 <= value <= hi + 1e-7
+
+
+def test_env_reward_adds_weighted_shaping_for_living_npcs_only():
+    env, params = jaxarena.make("Arena-v0", bot="aggressive", bot_speed=0.0, bot_melee_damage=0.0, shaping_weight=2.0)
+    npc = np.array([[4.0, 3.0], [9.0, 3.0], [14.0, 3.0], [19.0, 3.0], [24.0, 3.0]], np.float32)
+    hp = jnp.array([60.0, 60.0, 0.0, 60.0, 60.0])
+    state = build_state(params, npc, [15.0, 27.0], npc_hp=hp, tag=jnp.int32(AGGRESSIVE))
+    hold = jnp.full((5,), 3, jnp.int32)  # melee out of range: stand still
+    stepped, reward, *_ = env.step_env(jax.random.key(0), state, hold, params)
+    expected = 2.0 * 0.01 * (1.0 - np.hypot(*(npc - [15.0, 27.0]).T) / D_MAX)
+    expected[2] = 0.0
+    np.testing.assert_allclose(reward, expected, rtol=1e-5)
+    _, params_a = jaxarena.make("Arena-v0", bot="aggressive", bot_speed=0.0, bot_melee_damage=0.0, shaping_weight=0.0)
+    _, reward_a, *_ = env.step_env(jax.random.key(0), state, hold, params_a)
+    np.testing.assert_array_equal(reward_a, np.zeros(5))
