@@ -7,7 +7,7 @@
 
 from .env import Arena
 from .observe import LLM_FEATURES, llm_features, observe
-from .registry import REGISTERED_IDS, bot_index, make
+from .registry import REGISTERED_IDS, bot_index, make, make_jaxmarl
 from .types import (
     ACTIONS,
     BOT_TYPES,
@@ -40,5 +40,6 @@ __all__ = [
     "bot_index",
     "llm_features",
     "make",
+    "make_jaxmarl",
     "observe",
 ]

@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .physics import closest_box_points, norm, rotate_left, safe_unit
 from .types import BOT_AGGRESSIVE, BOT_BALANCED, BOT_EVASIVE, EnvParams, ticks
@@ -54,31 +55,42 @@ def nearest_npc(world: World) -> tuple[jax.Array, jax.Array]:
 
 
 def _steer_around_boxes(pos, desired, params: EnvParams) -> jax.Array:
-    """Repulsion from nearby boxes plus a slide along them towards `desired`.
+    """Repulsion from boxes in the way plus a slide towards the nearer corner.
 
-    Pure repulsion would pin a bot pushing straight into a face, so each
-    nearby box also adds its tangent, signed to agree with where the bot
-    wants to go.
+    Pure repulsion would pin a bot pushing straight into a face, and a slide
+    signed by the goal flips sides when the goal is straight behind the box.
+    Sliding towards the side of the face the bot is already on is stable.
     """
-    away = pos - closest_box_points(pos, params.boxes)  # (K, 2)
-    dist = norm(away)
-    gap = dist - params.unit_radius
+    closest = closest_box_points(pos, params.boxes)  # (K, 2)
+    away = pos - closest
+    gap = norm(away) - params.unit_radius
     weight = jnp.clip((params.bot_avoid_distance - gap) / params.bot_avoid_distance, 0.0, 1.0)
     normal = safe_unit(away)
     tangent = rotate_left(normal)
-    side = jnp.where(jnp.sum(tangent * desired, axis=-1) >= 0.0, 1.0, -1.0)
-    # Only boxes that stand in the way (desired points into them) deflect.
-    blocking = jnp.sum(normal * desired, axis=-1) < 0.0
+    centre = 0.5 * (params.boxes[:, :2] + params.boxes[:, 2:])
+    side = jnp.where(jnp.sum(tangent * (pos - centre), axis=-1) >= 0.0, 1.0, -1.0)
+    blocking = jnp.sum(normal * desired, axis=-1) < 0.0  # only boxes in the way deflect
     steer = weight[:, None] * (normal + side[:, None] * tangent) * blocking[:, None]
     return jnp.sum(steer, axis=0)
 
 
-def _wall_repulsion(pos, params: EnvParams) -> jax.Array:
-    """Push away from the arena's walls when closer than bot_avoid_distance."""
-    reach = params.bot_avoid_distance + params.unit_radius
-    from_low = jnp.clip((reach - pos) / reach, 0.0, 1.0)
-    from_high = jnp.clip((reach - (params.arena_size - pos)) / reach, 0.0, 1.0)
-    return from_low - from_high
+# The evasive bot checks for walls and boxes this far ahead along each of
+# these headings, and judges its distance from the squad farther out, so a
+# temporary approach to one NPC on the way out of a corner is accepted.
+_LOOKAHEAD = 2.5
+_FARSIGHT = 6.0
+_HEADINGS = np.stack(
+    [np.cos(np.linspace(0, 2 * np.pi, 16, endpoint=False)), np.sin(np.linspace(0, 2 * np.pi, 16, endpoint=False))], -1
+).astype(np.float32)
+
+
+def _blocked(points, params: EnvParams) -> jax.Array:
+    """(H,) bool: a disc centred at each point would overlap a wall or a box."""
+    r = params.unit_radius
+    out = jnp.any((points < r) | (points > params.arena_size - r), axis=-1)
+    offset = points[:, None, :] - closest_box_points(points, params.boxes)
+    inside = jnp.sum(offset * offset, axis=-1) < r * r  # squared: no sqrt per heading
+    return out | jnp.any(inside, axis=-1)
 
 
 def aggressive_move(world: World, params: EnvParams) -> jax.Array:
@@ -90,12 +102,23 @@ def aggressive_move(world: World, params: EnvParams) -> jax.Array:
 
 
 def evasive_move(world: World, params: EnvParams) -> jax.Array:
-    """Run from the living NPCs' centroid, bending off walls and around boxes."""
-    alive = world.npc_alive[:, None]
-    centroid = jnp.sum(world.npc_pos * alive, axis=0) / jnp.maximum(jnp.sum(alive), 1)
-    desired = safe_unit(world.bot_pos - centroid)
-    desired = safe_unit(desired + _wall_repulsion(world.bot_pos, params))
-    return safe_unit(desired + _steer_around_boxes(world.bot_pos, desired, params))
+    """Head where the nearest living NPC will be farthest, never into a wall or box.
+
+    It scores 16 headings by the distance to the nearest living NPC from a
+    point far ahead (clamped to the arena), among the headings whose near
+    path (checked at two points, so thin boxes aren't skipped) is clear. So it
+    runs from the squad, slides along walls and leaves corners.
+    """
+    headings = jnp.asarray(_HEADINGS)
+    ahead = world.bot_pos + _LOOKAHEAD * headings  # (H, 2)
+    halfway = world.bot_pos + 0.5 * _LOOKAHEAD * headings
+    far = jnp.clip(world.bot_pos + _FARSIGHT * headings, 0.0, params.arena_size)
+    offset = far[:, None, :] - world.npc_pos[None, :, :]  # (H, 5, 2)
+    gaps2 = jnp.sum(offset * offset, axis=-1)  # squared distances rank the same
+    clearance = jnp.min(jnp.where(world.npc_alive, gaps2, jnp.inf), axis=-1)
+    blocked = _blocked(ahead, params) | _blocked(halfway, params)
+    score = jnp.where(blocked, -jnp.inf, clearance)
+    return jnp.where(jnp.any(~blocked), headings[jnp.argmax(score)], 0.0)
 
 
 def next_phase(bot: BotState, hp_frac: jax.Array, params: EnvParams) -> BotState:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import physics
 from .bots import BotState, World, scripted_bot
@@ -116,8 +117,8 @@ class Arena:
         checked at trace time, so it is clipped into 0..3.
         """
         if not isinstance(tag, jax.core.Tracer):
-            value = jnp.asarray(tag)
-            if value.shape != () or not jnp.issubdtype(value.dtype, jnp.integer):
+            value = np.asarray(tag)  # numpy, so the check also runs while tracing
+            if value.shape != () or not np.issubdtype(value.dtype, np.integer):
                 raise TypeError(f"tag must be a scalar integer, got {value.dtype}{list(value.shape)}")
             if not 0 <= int(value) < NUM_TAGS:
                 raise ValueError(f"tag must be in 0..{NUM_TAGS - 1}, got {int(value)}")

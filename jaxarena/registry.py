@@ -89,3 +89,14 @@ def check_geometry(params: EnvParams) -> None:
             dz = max(boxes[i, 1] - boxes[j, 3], boxes[j, 1] - boxes[i, 3], 0.0)
             if np.hypot(dx, dz) <= gap:
                 raise ValueError(f"boxes {i} and {j} are closer than a unit's diameter ({gap} u)")
+
+
+def make_jaxmarl(env_id: str = "Arena-v0", bot: str | int | None = None, world_state: bool = False, **overrides):
+    """The arena behind JaxMARL's `MultiAgentEnv` interface (params bound).
+
+    Drop-in for `jaxmarl.make(...)` in JaxMARL's IPPO/MAPPO baselines.
+    """
+    from .wrappers import MultiAgentArena
+
+    env, params = make(env_id, bot=bot, **overrides)
+    return MultiAgentArena(env, params, world_state=world_state)

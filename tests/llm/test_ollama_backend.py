@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+from llm_servers import digit_server, free_port, server  # noqa: F401 - pytest fixtures
+
 from jaxarena.llm.backends.ollama import BackendUnavailable, OllamaBackend
 from jaxarena.llm.prompt import SYSTEM, build_prompt, parse_tag
 from jaxarena.llm.testserver import _GARBAGE, hash_digit

@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 import jaxarena
+from llm_servers import digit_server, free_port, server  # noqa: F401 - pytest fixtures
+
 from jaxarena.llm.backends.ollama import OllamaBackend
 from jaxarena.llm.prompt import build_prompt
 from jaxarena.llm.rollout import fixed_tags, make_rollout, rollout_with_llm, schedule_tags

@@ -13,6 +13,8 @@ import time
 import numpy as np
 import pytest
 
+from llm_servers import digit_server, free_port, server  # noqa: F401 - pytest fixtures
+
 from jaxarena.llm.backends.ollama import OllamaBackend
 from jaxarena.llm.prompt import build_prompt
 from jaxarena.llm.selector import FEATURE_NAMES, PromptCache, TagSelector
@@ -204,3 +206,11 @@ def test_one_event_loop_for_the_whole_run(selector):
         selector.select(features(3) + call, np.zeros(3, np.int32), np.zeros(3, bool), 5.0 * call)
         assert selector._loop.loop is loop
     assert threading.active_count() <= before + 1
+
+
+def test_progress_hook_sees_the_counters(server):
+    seen = []
+    with TagSelector(OllamaBackend("mistral", server.url), on_call=lambda s: seen.append(s.decisions)) as sel:
+        sel.select(features(3), np.zeros(3, np.int32), np.zeros(3, bool), 0.0)
+        sel.select(features(3), np.zeros(3, np.int32), np.array([True, False, False]), 5.0)
+    assert seen == [3, 5]

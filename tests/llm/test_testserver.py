@@ -11,6 +11,8 @@ import numpy as np
 import ollama
 import pytest
 
+from llm_servers import digit_server, free_port, server  # noqa: F401 - pytest fixtures
+
 from jaxarena.llm.backends.ollama import OllamaBackend
 from jaxarena.llm.prompt import SYSTEM, build_prompt
 from jaxarena.llm.selector import TagSelector

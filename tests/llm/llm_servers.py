@@ -1,4 +1,8 @@
-"""Shared fixtures for the LLM layer: a real test-server process per module."""
+"""Fixtures for the LLM-layer tests: a real test-server process per test module.
+
+Imported by the test modules that use them (not a conftest, so that other
+test files in this folder can have their own conftest without clashing).
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,155 @@
+"""The public API: make, reset/step, set_tag, jit/vmap, determinism, bad input."""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import jaxarena
+from jaxarena.spawn import episode_uniforms
+
+
+def test_make_returns_env_and_params_with_the_named_bot():
+    for i, name in enumerate(jaxarena.BOT_TYPES):
+        env, params = jaxarena.make("Arena-v0", bot=name)
+        assert isinstance(env, jaxarena.Arena) and params.bot_type == i
+    _, params = jaxarena.make("Arena-v0", bot="Evasive", episode_s=60.0)
+    assert params.bot_type == 1 and params.episode_s == 60.0
+
+
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        (dict(env_id="Arena-v9"), ValueError, "unknown env id"),
+        (dict(bot="sneaky"), ValueError, "unknown bot"),
+        (dict(bot=7), ValueError, "bot must be"),
+        (dict(npc_hp="sixty"), TypeError, "npc_hp must be a number"),
+        (dict(npc_hitpoints=60.0), TypeError, "unknown EnvParams field"),
+        (dict(bot_hp=float("nan")), ValueError, "finite"),
+        (dict(boxes=np.zeros((3, 3))), ValueError, "boxes must have shape"),
+        (dict(boxes=[[10.0, 10.0, 12.0, 12.0], [12.5, 10.0, 14.0, 12.0]]), ValueError, "closer than"),
+        (dict(boxes=[[0.5, 10.0, 3.0, 12.0]]), ValueError, "from the walls"),
+        (dict(bot="evasive", bot_type=1), TypeError, "either bot"),
+    ],
+)
+def test_make_rejects_bad_input_clearly(kwargs, error, match):
+    env_id = kwargs.pop("env_id", "Arena-v0")
+    with pytest.raises(error, match=match):
+        jaxarena.make(env_id, **kwargs)
+
+
+def test_step_rejects_wrong_action_shape_and_dtype_at_trace_time():
+    env, params = jaxarena.make("Arena-v0")
+    _, state = env.reset(jax.random.key(0), params)
+    step = jax.jit(env.step)
+    with pytest.raises(ValueError, match=r"shape \(5,\)"):
+        step(jax.random.key(0), state, jnp.zeros((4,), jnp.int32), params)
+    with pytest.raises(ValueError, match="vmap"):
+        step(jax.random.key(0), state, jnp.zeros((2, 5), jnp.int32), params)
+    with pytest.raises(TypeError, match="integers"):
+        step(jax.random.key(0), state, jnp.zeros((5,), jnp.float32), params)
+
+
+def test_set_tag_checks_concrete_tags_and_clips_traced_ones():
+    env, params = jaxarena.make("Arena-v0")
+    _, state = env.reset(jax.random.key(0), params)
+    assert int(env.set_tag(state, 3).tag) == 3
+    for bad in (4, -1):
+        with pytest.raises(ValueError, match="0..3"):
+            env.set_tag(state, bad)
+    with pytest.raises(TypeError, match="scalar integer"):
+        env.set_tag(state, 1.5)
+    with pytest.raises(TypeError, match="scalar integer"):
+        env.set_tag(state, jnp.array([1, 2]))
+    assert int(jax.jit(env.set_tag)(state, jnp.int32(9)).tag) == 3  # documented clip under jit
+
+
+def _trajectory(env, params, key, n=200):
+    def tick(state, key):
+        k1, k2 = jax.random.split(key)
+        obs, state, reward, done, info = env.step(k2, state, jax.random.randint(k1, (5,), 0, 6), params)
+        return state, (obs, reward, done, info["outcome"])
+
+    _, state = env.reset(key, params)
+    return jax.lax.scan(tick, state, jax.random.split(key, n))
+
+
+def test_same_key_gives_bit_identical_trajectories_and_other_keys_differ():
+    env, params = jaxarena.make("Arena-v0", bot="balanced")
+    run = jax.jit(lambda k: _trajectory(env, params, k))
+    a, b, c = run(jax.random.key(5)), run(jax.random.key(5)), run(jax.random.key(6))
+    chex.assert_trees_all_equal(a, b)
+    assert not np.array_equal(a[1][0], c[1][0])
+
+
+def test_jit_and_vmap_over_keys_and_over_params():
+    env, base = jaxarena.make("Arena-v0")
+    params = jax.vmap(lambda b, hp: base.replace(bot_type=b, bot_hp=hp))(jnp.array([0, 1, 2, 0]), jnp.array([300.0, 300.0, 300.0, 150.0]))
+    keys = jax.random.split(jax.random.key(0), 4)
+    final, (obs, reward, done, outcome) = jax.jit(jax.vmap(lambda k, p: _trajectory(env, p, k)))(keys, params)
+    chex.assert_shape(obs, (4, 200, 5, 23))
+    chex.assert_shape(reward, (4, 200, 5))
+    chex.assert_tree_all_finite((obs, reward))
+    np.testing.assert_array_equal(final.bot_mode[:2], [0, 1])  # each env runs its own bot
+    # The same thing unbatched gives the same numbers as each batch row.
+    single = jax.jit(lambda k: _trajectory(env, base.replace(bot_type=1), k))(keys[1])
+    np.testing.assert_allclose(single[1][0], obs[1], rtol=1e-6, atol=1e-6)
+    assert float(final.bot_hp[3]) <= 150.0
+
+
+def test_typed_and_legacy_keys_both_work():
+    env, params = jaxarena.make("Arena-v0")
+    obs_typed, _ = env.reset(jax.random.key(3), params)
+    obs_raw, _ = env.reset(jax.random.PRNGKey(3), params)
+    np.testing.assert_array_equal(obs_typed, obs_raw)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_spawns_fall_inside_their_zones(seed):
+    env, params = jaxarena.make("Arena-v0")
+    _, state = env.reset(jax.random.key(seed), params)
+    npc_zone, bot_zone = np.asarray(params.npc_spawn), np.asarray(params.bot_spawn)
+    assert np.all((state.npc_pos >= npc_zone[:2]) & (state.npc_pos <= npc_zone[2:]))
+    assert np.all((state.bot_pos >= bot_zone[:2]) & (state.bot_pos <= bot_zone[2:]))
+
+
+def test_episode_uniforms_look_uniform_and_independent():
+    u = jax.vmap(episode_uniforms)(jax.random.split(jax.random.key(0), 20000))
+    u = np.asarray(u)
+    assert np.all((u >= 0) & (u < 1))
+    np.testing.assert_allclose(u.mean(0), 0.5, atol=0.01)
+    np.testing.assert_allclose(u.var(0), 1 / 12, atol=0.005)
+    corr = np.corrcoef(u.T)[np.triu_indices(u.shape[1], 1)]
+    assert np.abs(corr).max() < 0.05
+
+
+def test_reusing_one_key_still_gives_new_episodes():
+    env, params = jaxarena.make("Arena-v0", bot="aggressive", episode_s=1.0)
+    _, state = env.reset(jax.random.key(0), params)
+    step = jax.jit(env.step)
+    starts = []
+    for _ in range(30):  # 3 episodes of 1 s, the same key at every step
+        _, state, _, done, _ = step(jax.random.key(0), state, jnp.zeros(5, jnp.int32), params)
+        if bool(done):
+            starts.append(np.asarray(state.npc_pos))
+    assert len(starts) == 3 and not np.allclose(starts[0], starts[1])
+
+
+def test_info_reports_episode_end_with_final_obs():
+    env, params = jaxarena.make("Arena-v0", bot="evasive", episode_s=2.0)
+    obs, state = env.reset(jax.random.key(0), params)
+    step = jax.jit(env.step)
+    for t in range(20):
+        obs, state, reward, done, info = step(jax.random.key(t), state, jnp.zeros(5, jnp.int32), params)
+    assert bool(done) and bool(info["truncated"]) and not bool(info["terminated"])
+    assert int(info["outcome"]) == jaxarena.OUTCOMES.index("timeout")
+    assert float(info["episode_time"]) == pytest.approx(2.0)
+    assert int(state.t) == 0 and not np.array_equal(info["final_obs"], obs)
+    for key in ("damage_dealt", "damage_taken", "alive"):
+        chex.assert_shape(info[key], (5,))

@@ -1,0 +1,58 @@
+"""Recording an episode and drawing it as PNG frames and a GIF."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+from PIL import Image
+
+import jaxarena
+from jaxarena.render import draw_frame, random_policy, record_episode, render_frames, write_gif, write_png_frames
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_record_episode_stops_at_the_end_and_keeps_the_outcome():
+    env, params = jaxarena.make("Arena-v0", bot="evasive", episode_s=4.0)
+    rec = record_episode(env, params, random_policy, jax.random.key(0))
+    assert rec.length == 40 and rec.outcome == 3  # nobody catches the evasive bot in 4 s
+    assert rec.states.t.shape == (41,) and int(rec.states.t[-1]) == 40
+
+
+def test_frames_show_units_where_they_stand(tmp_path):
+    env, params = jaxarena.make("Arena-v0", bot="aggressive", episode_s=3.0)
+    rec = record_episode(env, params, random_policy, jax.random.key(1))
+    frames = render_frames(rec, params, every=5)
+    assert len(frames) == len(range(0, rec.length + 1, 5)) + (rec.length % 5 != 0)
+    image = np.asarray(frames[0])
+    state0 = jax.tree.map(lambda x: x[0], rec.states)
+    scale = 480 / 30.0
+
+    def patch(pos):  # pixels within 5 px of a unit's centre
+        x, z = np.asarray(pos)
+        row, col = 28 + int((30 - z) * scale), int(x * scale)
+        return image[row - 5 : row + 6, col - 5 : col + 6].reshape(-1, 3).astype(int)
+
+    bot = patch(state0.bot_pos)
+    assert np.any((bot[:, 0] > 150) & (bot[:, 1] < 100))  # the bot is drawn in red where it stands
+    npc = patch(state0.npc_pos[0])
+    assert np.any((npc[:, 2] > 150) & (npc[:, 0] < 100))  # an NPC in blue
+    gif = write_gif(frames, tmp_path / "ep.gif")
+    assert Image.open(gif).n_frames == len(frames)
+    pngs = write_png_frames(frames[:2], tmp_path / "frames")
+    assert [p.name for p in pngs] == ["frame_00000.png", "frame_00001.png"]
+
+
+def test_render_script_writes_a_gif(tmp_path):
+    out = tmp_path / "one.gif"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "render.py"), "--bot", "aggressive", "--tag", "2", "--every", "10", "--out", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert out.exists() and Image.open(out).n_frames > 1
+    assert "GIF" in result.stdout
