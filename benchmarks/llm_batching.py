@@ -14,6 +14,11 @@ Phases (one JSON line each, then a summary line):
   duplicates  the 400 prompts repeated 3 times, shuffled, in one call (1200
               episodes) with the cache off: the server must see each unique
               prompt exactly once, so the time matches the concurrent phase.
+  rollout_overhead  (skip with --no-rollout) the selector's cost inside the
+              jitted rollout: 100 full episodes with a fixed tag, against the
+              same episodes with the LLM selector on a warm cache (so no
+              requests are made, and what remains is the io_callback, the
+              prompts, the cache look-ups and the log).
 
 The replies come from the fast hash-digit responder, so the time measured is
 the selector's and the protocol's, not a model's (pass --responder embedded
@@ -52,6 +57,45 @@ def timed_call(selector: TagSelector, feats: np.ndarray) -> float:
     return time.perf_counter() - start
 
 
+def rollout_overhead(url: str, episodes: int = 100) -> dict:
+    """Times full jitted rollouts: fixed tag vs the LLM selector on a warm cache."""
+    import jax
+
+    import jaxarena
+    from jaxarena.llm.rollout import make_rollout
+
+    env, params = jaxarena.make("Arena-v0", bot="balanced")
+
+    def policy(p, obs, key):
+        return jax.random.randint(key, (5,), 0, 6)
+
+    def best_of(rollout, repeats=3) -> float:
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            jax.block_until_ready(rollout(None, params, jax.random.key(0)))
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    fixed = make_rollout(env, params, policy, 0, episodes)
+    jax.block_until_ready(fixed(None, params, jax.random.key(0)))  # compile
+    fixed_s = best_of(fixed)
+    with TagSelector(OllamaBackend("mistral", url)) as selector:
+        llm = make_rollout(env, params, policy, selector, episodes)
+        jax.block_until_ready(llm(None, params, jax.random.key(0)))  # compile, and fill the cache
+        requests = selector.stats.llm_requests
+        host_before, calls_before = selector.stats.host_seconds, selector.stats.calls
+        llm_s = best_of(llm)
+        warm_requests = selector.stats.llm_requests - requests
+        host_s = (selector.stats.host_seconds - host_before) / 3
+        calls = (selector.stats.calls - calls_before) // 3
+        decisions = len(selector.records) // 4
+    return {"phase": "rollout_overhead", "episodes": episodes, "fixed_tag_s": round(fixed_s, 3),
+            "llm_warm_cache_s": round(llm_s, 3), "overhead_s": round(llm_s - fixed_s, 3),
+            "selector_host_s": round(host_s, 4), "callbacks": calls, "decisions": decisions,
+            "requests_with_warm_cache": warm_requests}
+
+
 def emit(record: dict) -> None:
     print(json.dumps({"bench": "llm_batching", **record}), flush=True)
 
@@ -66,6 +110,7 @@ def main() -> int:
     parser.add_argument("--responder", default="hash-digit")
     parser.add_argument("--target-s", type=float, default=25.0)
     parser.add_argument("--min-speedup", type=float, default=3.2)
+    parser.add_argument("--no-rollout", action="store_true", help="skip the rollout_overhead phase")
     args = parser.parse_args()
 
     feats = unique_features(args.prompts)
@@ -105,6 +150,10 @@ def main() -> int:
               "seconds": round(dup_s, 3), "server_requests": stats["requests"],
               "server_unique_prompts": stats["unique_prompts"],
               "server_duplicate_requests": stats["duplicate_requests"]})
+
+        if not args.no_rollout:
+            server.set_faults(delay_s=0.0)  # filling the cache is not what this phase measures
+            emit(rollout_overhead(server.url))
 
     speedup = sequential_s / concurrent_s
     ok = (concurrent_s < args.target_s and speedup >= args.min_speedup

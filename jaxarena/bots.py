@@ -1,6 +1,8 @@
 """The three scripted opponents, as pure per-step policy functions.
 
-Every bot is `policy(key, bot_state, world, params) -> (move, attack, bot_state)`:
+Every bot is `policy(key, bot_state, world, params) -> (move, attack, target, bot_state)`
+(DESIGN's signature plus explicit params and the chosen target, which the
+arena needs to apply the strike):
 `move` is a unit (or zero) direction, `attack` whether it strikes its target
 this tick. The Balanced bot owns a little state (its current phase and the
 ticks left in it); the other two carry it unchanged. `scripted_bot` picks the
@@ -79,9 +81,8 @@ def _steer_around_boxes(pos, desired, params: EnvParams) -> jax.Array:
 # temporary approach to one NPC on the way out of a corner is accepted.
 _LOOKAHEAD = 2.5
 _FARSIGHT = 6.0
-_HEADINGS = np.stack(
-    [np.cos(np.linspace(0, 2 * np.pi, 16, endpoint=False)), np.sin(np.linspace(0, 2 * np.pi, 16, endpoint=False))], -1
-).astype(np.float32)
+_ANGLES = np.linspace(0.0, 2.0 * np.pi, 12, endpoint=False)
+_HEADINGS = np.stack([np.cos(_ANGLES), np.sin(_ANGLES)], axis=-1).astype(np.float32)
 
 
 def _blocked(points, params: EnvParams) -> jax.Array:
@@ -104,19 +105,19 @@ def aggressive_move(world: World, params: EnvParams) -> jax.Array:
 def evasive_move(world: World, params: EnvParams) -> jax.Array:
     """Head where the nearest living NPC will be farthest, never into a wall or box.
 
-    It scores 16 headings by the distance to the nearest living NPC from a
-    point far ahead (clamped to the arena), among the headings whose near
-    path (checked at two points, so thin boxes aren't skipped) is clear. So it
-    runs from the squad, slides along walls and leaves corners.
+    It scores 12 headings by the distance to the nearest living NPC from a
+    point far ahead (clamped to the arena), among the headings where a disc
+    2.5 u ahead would be clear of walls and boxes. So it runs from the squad,
+    slides along walls and leaves corners. (A box thinner than 1.5 u could
+    hide behind the look-ahead point; the bot would then just slide on it.)
     """
     headings = jnp.asarray(_HEADINGS)
     ahead = world.bot_pos + _LOOKAHEAD * headings  # (H, 2)
-    halfway = world.bot_pos + 0.5 * _LOOKAHEAD * headings
     far = jnp.clip(world.bot_pos + _FARSIGHT * headings, 0.0, params.arena_size)
     offset = far[:, None, :] - world.npc_pos[None, :, :]  # (H, 5, 2)
     gaps2 = jnp.sum(offset * offset, axis=-1)  # squared distances rank the same
     clearance = jnp.min(jnp.where(world.npc_alive, gaps2, jnp.inf), axis=-1)
-    blocked = _blocked(ahead, params) | _blocked(halfway, params)
+    blocked = _blocked(ahead, params)
     score = jnp.where(blocked, -jnp.inf, clearance)
     return jnp.where(jnp.any(~blocked), headings[jnp.argmax(score)], 0.0)
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from .registry import make
 from .render import random_policy, record_episode, render_frames, write_gif
-from .types import BOT_TYPES, OUTCOMES, ticks
+from .types import BOT_TYPES, NUM_ACTIONS, NUM_NPCS, OUTCOMES, ticks
 
 
 def random_squad_outcomes(bot: str, episodes: int, seed: int) -> np.ndarray:
@@ -35,7 +35,7 @@ def random_squad_outcomes(bot: str, episodes: int, seed: int) -> np.ndarray:
         def tick(carry, key):
             state, outcome = carry
             action_key, step_key = jax.random.split(key)
-            actions = jax.random.randint(action_key, (episodes, 5), 0, 6)
+            actions = jax.random.randint(action_key, (episodes, NUM_NPCS), 0, NUM_ACTIONS)
             _, state, _, done, info = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
                 jax.random.split(step_key, episodes), state, actions, params
             )

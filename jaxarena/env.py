@@ -83,8 +83,9 @@ class Arena:
     def step(self, key: jax.Array, state: EnvState, actions: jax.Array, params: EnvParams | None = None):
         """Advance one tick; auto-reset when the episode ends.
 
-        `key` is used only to draw the next episode on a reset. Returns
-        (obs, state, reward, done, info); see the class docstring.
+        `key` draws the next episode on a reset (and is handed to the bot
+        policy, which the shipped bots ignore). Returns (obs, state, reward,
+        done, info); see the class docstring.
         """
         params = self._default_params if params is None else params
         actions = _checked_actions(actions)
@@ -96,13 +97,8 @@ class Arena:
             episode=state.episode + 1, tag=state.tag
         )
         next_state = jax.tree.map(lambda a, b: jnp.where(done, a, b), fresh, stepped)
-        outcome = jnp.select(
-            [stepped.bot_hp <= 0.0, jnp.all(stepped.npc_hp <= 0.0), truncated],
-            [jnp.int32(NPC_WIN), jnp.int32(BOT_WIN), jnp.int32(TIMEOUT)],
-            jnp.int32(RUNNING),
-        )
         info.update(
-            outcome=outcome,
+            outcome=jnp.where(done, outcome_of(stepped), RUNNING),
             episode_time=stepped.t.astype(jnp.float32) * params.dt,
             terminated=terminated,
             truncated=truncated,
@@ -124,7 +120,7 @@ class Arena:
                 raise ValueError(f"tag must be in 0..{NUM_TAGS - 1}, got {int(value)}")
         return state.replace(tag=jnp.clip(jnp.asarray(tag, jnp.int32), 0, NUM_TAGS - 1))
 
-    def step_env(self, key, state: EnvState, actions, params: EnvParams):
+    def step_env(self, key: jax.Array, state: EnvState, actions: jax.Array, params: EnvParams):
         """One tick without auto-reset: (state, reward, terminated, truncated, info).
 
         Order within a tick: (1) the bot decides from the tick's starting
@@ -159,10 +155,9 @@ class Arena:
             [to_bot, left, -left, -to_bot],
             0.0,
         )
-        moved = jnp.concatenate(
-            [state.npc_pos + npc_dir * (params.npc_speed * params.dt), (state.bot_pos + bot_move * (params.bot_speed * params.dt))[None]]
-        )
-        moved = physics.resolve_collisions(moved, params.unit_radius, params.boxes, params.arena_size)
+        start = jnp.concatenate([state.npc_pos, state.bot_pos[None]])
+        step = jnp.concatenate([npc_dir * (params.npc_speed * params.dt), (bot_move * (params.bot_speed * params.dt))[None]])
+        moved = physics.resolve_collisions(start + step, start, params.unit_radius, params.boxes, params.arena_size)
         npc_pos, bot_pos = moved[:NUM_NPCS], moved[NUM_NPCS]
 
         # (4) Orbs fly.
@@ -171,6 +166,8 @@ class Arena:
         # (5) Damage and cooldowns.
         dealt = melee * params.npc_melee_damage + jnp.sum(orb_hits, axis=-1) * params.orb_damage
         bot_hp = jnp.maximum(state.bot_hp - jnp.sum(dealt), 0.0)
+        # On the killing blow, credit each NPC its share of the HP actually left.
+        dealt = dealt * ((state.bot_hp - bot_hp) / jnp.maximum(jnp.sum(dealt), 1e-6))
         taken = jnp.minimum(hit_npc * params.bot_melee_damage, state.npc_hp)
         npc_hp = state.npc_hp - taken
 
@@ -208,7 +205,8 @@ class Arena:
         )
 
         bot_killed = bot_hp <= 0.0
-        squad_wiped = jnp.all(npc_hp <= 0.0)
+        # If both fall on one tick the NPCs win, and the reward agrees: no wipe penalty.
+        squad_wiped = jnp.all(npc_hp <= 0.0) & ~bot_killed
         terminated = bot_killed | squad_wiped
         truncated = ~terminated & (t >= ticks(params.episode_s, params.dt))
         now_alive = npc_hp > 0.0
@@ -222,6 +220,17 @@ class Arena:
             "bot_mode": bot.mode,
         }
         return stepped, reward.astype(jnp.float32), terminated, truncated, info
+
+
+def outcome_of(state: EnvState) -> jax.Array:
+    """How an episode that has ended came out: NPC_WIN if the bot is down
+    (even if the squad fell on the same tick), else BOT_WIN if the squad is
+    down, else TIMEOUT. Only meaningful once the episode is over."""
+    return jnp.select(
+        [state.bot_hp <= 0.0, jnp.all(state.npc_hp <= 0.0)],
+        [jnp.int32(NPC_WIN), jnp.int32(BOT_WIN)],
+        jnp.int32(TIMEOUT),
+    )
 
 
 def _checked_actions(actions) -> jax.Array:

@@ -49,33 +49,24 @@ def nearest_box_point(pos: jax.Array, boxes: jax.Array) -> jax.Array:
     return best
 
 
-def resolve_collisions(pos: jax.Array, radius, boxes: jax.Array, arena_size) -> jax.Array:
+def resolve_collisions(pos: jax.Array, previous: jax.Array, radius, boxes: jax.Array, arena_size) -> jax.Array:
     """Push discs of `radius` out of every box, then inside the walls.
 
     A disc overlapping a box is moved along the box's outward normal at the
-    contact point until it just touches. A centre exactly on or inside a box
-    (only reachable through user-made params) leaves by the nearest face.
-    Corrections for all boxes are summed: that is exact because `make`
-    checks that no two solids are closer than a disc's diameter, so a disc
-    touches at most one box at a time.
+    contact point until it just touches, so a disc pressing on a box slides
+    along it. Corrections for all boxes are summed: that is exact because
+    `make` checks that no two solids are closer than a disc's diameter, so a
+    disc touches at most one box at a time. `make` also keeps every move
+    within one radius, so a centre can reach a box's surface but never its
+    inside; a move that would end with the centre on a box (no normal to
+    push along) is cancelled and the disc stays at `previous`.
     """
-    lo, hi = boxes[:, :2], boxes[:, 2:]
     p = pos[..., None, :]
-    q = jnp.clip(p, lo, hi)
-    d = p - q
+    d = p - jnp.clip(p, boxes[:, :2], boxes[:, 2:])
     dist = norm(d)[..., None]
-    outside_push = jnp.where(
-        (dist < radius) & (dist > _EPS), d * (radius / jnp.maximum(dist, _EPS) - 1.0), 0.0
-    )
-    # Inside: penetration to each face; leave by the shallowest one.
-    to_lo, to_hi = p - lo, hi - p  # (..., K, 2) each
-    leave_lo = to_lo <= to_hi
-    depth = jnp.where(leave_lo, to_lo, to_hi) + radius
-    axis_x = depth[..., 0:1] <= depth[..., 1:2]
-    sign = jnp.where(leave_lo, -1.0, 1.0)
-    inside_push = sign * depth * jnp.concatenate([axis_x, ~axis_x], axis=-1)
-    push = jnp.where(dist <= _EPS, inside_push, outside_push)
-    pos = pos + jnp.sum(push, axis=-2)
+    on_box = jnp.any(dist[..., 0] <= _EPS, axis=-1, keepdims=True)
+    push = jnp.where(dist < radius, d * (radius / jnp.maximum(dist, _EPS) - 1.0), 0.0)
+    pos = jnp.where(on_box, previous, pos + jnp.sum(push, axis=-2))
     return jnp.clip(pos, radius, arena_size - radius)
 
 

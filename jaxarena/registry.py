@@ -63,32 +63,52 @@ def _checked_overrides(overrides: dict) -> dict:
         elif name == "bot_type":
             checked[name] = bot_index(value)
         else:
-            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            array = np.asarray(value) if not isinstance(value, (str, bytes, bool)) else None
+            if array is None or array.ndim != 0 or not np.issubdtype(array.dtype, np.number):
                 raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-            if not np.isfinite(value):
+            if not np.isfinite(array):
                 raise ValueError(f"{name} must be finite, got {value}")
-            checked[name] = float(value)
+            checked[name] = float(array)
     return checked
 
 
 def check_geometry(params: EnvParams) -> None:
     """Refuse layouts the one-pass collision rule cannot resolve exactly.
 
-    Boxes must lie inside the arena with min < max, and every pair of solids
-    (box-box, box-wall) must leave a gap wider than a unit's diameter.
+    Needs at least one box, each with min < max, and every pair of solids
+    (box-box, box-wall) more than a unit's diameter apart; spawn zones inside
+    the walls and clear of every box; and no unit moving farther than its
+    radius in one tick, so a disc can never pass through a box.
     """
     boxes = np.asarray(params.boxes, dtype=np.float64)
-    size, gap = float(params.arena_size), 2.0 * float(params.unit_radius)
-    if boxes.size and np.any(boxes[:, :2] >= boxes[:, 2:]):
+    size, r = float(params.arena_size), float(params.unit_radius)
+    gap = 2.0 * r
+    if boxes.shape[0] == 0:
+        raise ValueError("boxes must hold at least one box")
+    if np.any(boxes[:, :2] >= boxes[:, 2:]):
         raise ValueError("every box needs x_min < x_max and z_min < z_max")
-    if boxes.size and (np.any(boxes[:, :2] < gap) or np.any(boxes[:, 2:] > size - gap)):
+    if np.any(boxes[:, :2] <= gap) or np.any(boxes[:, 2:] >= size - gap):
         raise ValueError(f"boxes must keep more than {gap} u from the walls")
     for i in range(len(boxes)):
         for j in range(i + 1, len(boxes)):
-            dx = max(boxes[i, 0] - boxes[j, 2], boxes[j, 0] - boxes[i, 2], 0.0)
-            dz = max(boxes[i, 1] - boxes[j, 3], boxes[j, 1] - boxes[i, 3], 0.0)
-            if np.hypot(dx, dz) <= gap:
+            if _box_gap(boxes[i], boxes[j]) <= gap:
                 raise ValueError(f"boxes {i} and {j} are closer than a unit's diameter ({gap} u)")
+    for name in ("npc_spawn", "bot_spawn"):
+        zone = np.asarray(getattr(params, name), dtype=np.float64)
+        if np.any(zone[:2] > zone[2:]) or np.any(zone[:2] < r) or np.any(zone[2:] > size - r):
+            raise ValueError(f"{name} must have min <= max and lie inside the walls (at least {r} u in)")
+        if any(_box_gap(zone, box) <= r for box in boxes):
+            raise ValueError(f"{name} must stay more than {r} u from every box")
+    fastest = max(float(params.npc_speed), float(params.bot_speed)) * float(params.dt)
+    if fastest > r:
+        raise ValueError(f"units move {fastest} u per tick, more than their radius {r}: lower dt or speeds")
+
+
+def _box_gap(a: np.ndarray, b: np.ndarray) -> float:
+    """Distance between two axis-aligned boxes (0 if they touch or overlap)."""
+    dx = max(a[0] - b[2], b[0] - a[2], 0.0)
+    dz = max(a[1] - b[3], b[1] - a[3], 0.0)
+    return float(np.hypot(dx, dz))
 
 
 def make_jaxmarl(env_id: str = "Arena-v0", bot: str | int | None = None, world_state: bool = False, **overrides):

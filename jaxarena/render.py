@@ -16,9 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 from PIL import Image, ImageDraw
 
-from .env import Arena
+from .env import Arena, outcome_of
 from .observe import observe
-from .types import BOT_TYPES, OUTCOMES, TAGS, EnvParams, EnvState, ticks
+from .types import BOT_TYPES, NUM_ACTIONS, TAGS, EnvParams, EnvState, ticks
 
 Policy = Callable[[jax.Array, jax.Array], jax.Array]  # (key, obs (5, 23)) -> actions (5,)
 
@@ -36,7 +36,7 @@ class Recording(NamedTuple):
 
 def random_policy(key: jax.Array, obs: jax.Array) -> jax.Array:
     """Uniformly random actions for the five NPCs."""
-    return jax.random.randint(key, (obs.shape[0],), 0, 6)
+    return jax.random.randint(key, (obs.shape[0],), 0, NUM_ACTIONS)
 
 
 def record_episode(env: Arena, params: EnvParams, policy: Policy, key: jax.Array) -> Recording:
@@ -58,8 +58,7 @@ def record_episode(env: Arena, params: EnvParams, policy: Policy, key: jax.Array
             actions = policy(policy_key, observe(state, params))
             new_state, _, terminated, truncated, _ = env.step_env(env_key, state, actions, params)
             now_done = (terminated | truncated) & ~finished
-            result = jnp.select([new_state.bot_hp <= 0, jnp.all(new_state.npc_hp <= 0)], [1, 2], 3)
-            outcome = jnp.where(now_done, result, outcome)
+            outcome = jnp.where(now_done, outcome_of(new_state), outcome)
             state = jax.tree.map(lambda a, b: jnp.where(finished, a, b), state, new_state)
             return (state, finished | terminated | truncated, outcome), state
 
@@ -157,7 +156,3 @@ def write_png_frames(frames: list[Image.Image], folder: str | Path) -> list[Path
         paths.append(folder / f"frame_{i:05d}.png")
         frame.save(paths[-1])
     return paths
-
-
-def outcome_name(outcome: int) -> str:
-    return OUTCOMES[outcome]

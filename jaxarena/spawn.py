@@ -87,7 +87,9 @@ def initial_state(key: jax.Array, params: EnvParams, salt=0) -> EnvState:
         bot_facing=facing,
         bot_moving=jnp.asarray(False),
         bot_mode=bot_mode,
-        bot_phase_ticks=ticks(first_phase, params.dt),
+        # +1: the countdown switches on the tick it reads 1, so a phase of n
+        # ticks starts from n + 1 (later phases are set on their switching tick).
+        bot_phase_ticks=ticks(first_phase, params.dt) + 1,
         bot_phase_s=phase_s,
         tag=jnp.int32(0),
         t=jnp.int32(0),

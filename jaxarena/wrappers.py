@@ -46,9 +46,13 @@ class LogWrapper:
 
     def __init__(self, env: Arena):
         self._env = env
+        self.num_agents, self.obs_size, self.num_actions, self.num_tags = (
+            env.num_agents, env.obs_size, env.num_actions, env.num_tags,
+        )
 
-    def __getattr__(self, name: str):
-        return getattr(self._env, name)
+    @property
+    def default_params(self) -> EnvParams:
+        return self._env.default_params
 
     def reset(self, key: jax.Array, params: EnvParams | None = None):
         obs, env_state = self._env.reset(key, params)
@@ -83,7 +87,10 @@ class LogWrapper:
 
 
 class Box:
-    """A continuous space with JaxMARL's fields: low, high, shape, dtype."""
+    """A continuous space with JaxMARL's fields: low, high, shape, dtype.
+
+    `sample` is jittable; `contains` is a host-side (numpy) check.
+    """
 
     def __init__(self, low, high, shape: tuple, dtype=jnp.float32):
         self.low, self.high, self.shape, self.dtype = low, high, tuple(shape), dtype
@@ -97,7 +104,10 @@ class Box:
 
 
 class Discrete:
-    """A discrete space with JaxMARL's fields: n (num_categories), shape, dtype."""
+    """A discrete space with JaxMARL's fields: n (num_categories), shape, dtype.
+
+    `sample` is jittable; `contains` is a host-side (numpy) check.
+    """
 
     def __init__(self, num_categories: int, dtype=jnp.int32):
         self.n = self.num_categories = num_categories

@@ -31,15 +31,5 @@ def still_bot():
     return jaxarena.make("Arena-v0", bot="aggressive", bot_speed=0.0, bot_melee_damage=0.0)
 
 
-@pytest.fixture
-def step_fn():
-    """A jitted env.step_env (no auto-reset), keyed by params identity."""
-
-    def make_step(env):
-        return jax.jit(env.step_env)
-
-    return make_step
-
-
 def actions(*values):
     return jnp.asarray(values, jnp.int32)

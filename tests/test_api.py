@@ -18,8 +18,8 @@ def test_make_returns_env_and_params_with_the_named_bot():
     for i, name in enumerate(jaxarena.BOT_TYPES):
         env, params = jaxarena.make("Arena-v0", bot=name)
         assert isinstance(env, jaxarena.Arena) and params.bot_type == i
-    _, params = jaxarena.make("Arena-v0", bot="Evasive", episode_s=60.0)
-    assert params.bot_type == 1 and params.episode_s == 60.0
+    _, params = jaxarena.make("Arena-v0", bot="Evasive", episode_s=60.0, npc_hp=jnp.float32(50.0))
+    assert params.bot_type == 1 and params.episode_s == 60.0 and params.npc_hp == 50.0
 
 
 @pytest.mark.parametrize(
@@ -35,6 +35,11 @@ def test_make_returns_env_and_params_with_the_named_bot():
         (dict(boxes=[[10.0, 10.0, 12.0, 12.0], [12.5, 10.0, 14.0, 12.0]]), ValueError, "closer than"),
         (dict(boxes=[[0.5, 10.0, 3.0, 12.0]]), ValueError, "from the walls"),
         (dict(bot="evasive", bot_type=1), TypeError, "either bot"),
+        (dict(boxes=np.zeros((0, 4))), ValueError, "at least one box"),
+        (dict(npc_spawn=[13.5, 13.5, 16.5, 16.5]), ValueError, "from every box"),
+        (dict(bot_spawn=[10.0, 25.0, 20.0, 40.0]), ValueError, "inside the walls"),
+        (dict(dt=0.5), ValueError, "per tick"),
+        (dict(npc_speed=[4.0]), TypeError, "must be a number"),
     ],
 )
 def test_make_rejects_bad_input_clearly(kwargs, error, match):

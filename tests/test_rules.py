@@ -25,6 +25,7 @@ _STEP = jax.jit(jaxarena.Arena().step_env)
 
 
 def run(env, params, state, action_seq):
+    """Step `state` through `action_seq` with the shared jitted step_env (env is for readability)."""
     infos = []
     for a in action_seq:
         state, reward, terminated, truncated, info = _STEP(jax.random.key(1), state, jnp.asarray(a, jnp.int32), params)
@@ -123,14 +124,16 @@ def test_npc_dies_after_four_bot_hits_and_then_does_nothing():
     assert float(infos[1]["damage_dealt"][2]) == 0.0 and not bool(infos[1]["alive"][2])
 
 
-def test_orb_flies_at_12_units_per_second_and_deals_5(still_bot):
+@pytest.mark.parametrize("surface,hit_tick", [(4.7, 3), (4.9, 4), (5.5, 4), (5.9, 4), (6.1, 5)])
+def test_orb_flies_at_12_units_per_second_and_deals_5(still_bot, surface, hit_tick):
+    # 1.2 u per tick, starting on the firing tick: the hit tick pins the speed.
     env, params = still_bot
     npc = SPREAD.copy()
     npc[2] = [15.0, 3.0]
-    state = build_state(params, npc, [15.0, 9.0])  # surface 5.5 u away: reached during the 5th tick
-    state, infos = run(env, params, state, [[HOLD, HOLD, RANGED, HOLD, HOLD]] + [[HOLD] * 5] * 5)
+    state = build_state(params, npc, [15.0, 3.0 + surface + 0.5])
+    state, infos = run(env, params, state, [[HOLD, HOLD, RANGED, HOLD, HOLD]] + [[HOLD] * 5] * 6)
     dealt = [float(i["damage_dealt"][2]) for i in infos]
-    assert dealt == [0.0, 0.0, 0.0, 0.0, 5.0, 0.0]
+    assert dealt == [5.0 if t == hit_tick else 0.0 for t in range(7)]
     assert float(state.bot_hp) == 295.0 and not bool(state.orb_active.any())
 
 
@@ -159,9 +162,9 @@ def test_orb_cooldown_is_one_second(still_bot):
     npc = SPREAD.copy()
     npc[2] = [15.0, 3.0]
     state = build_state(params, npc, [15.0, 9.0])
-    # 2.2 s of firing: orbs leave at 0, 1.0 and 2.0 s and land 0.4 s later.
+    # 2.2 s of firing: orbs leave on ticks 0, 10 and 20 and land 4 ticks later.
     state, infos = run(env, params, state, [[HOLD, HOLD, RANGED, HOLD, HOLD]] * 22)
-    assert float(state.bot_hp) == 300.0 - 2 * 5.0
+    assert [float(i["damage_dealt"][2]) for i in infos] == [5.0 if t in (4, 14) else 0.0 for t in range(22)]
     assert int(state.orb_active.sum()) == 1  # the third orb is still flying
 
 
@@ -174,13 +177,17 @@ def test_at_most_two_orbs_in_flight_per_npc():
     assert int(state.orb_active[2].sum()) == 2 and float(state.bot_hp) == 300.0
 
 
-def test_moving_bot_dodges_an_orb():
-    env, params = jaxarena.make("Arena-v0", bot="evasive", bot_melee_damage=0.0)
-    npc = SPREAD.copy()
-    npc[0] = [4.0, 3.0]
-    state = build_state(params, npc, [4.0, 14.0])  # the bot flees sideways while the orb flies
-    state, infos = run(env, params, state, [[RANGED, HOLD, HOLD, HOLD, HOLD]] + [[HOLD] * 5] * 12)
-    assert float(state.bot_hp) == 300.0 and not bool(state.orb_active.any())
+@pytest.mark.parametrize("bot_speed,hit", [(5.0, False), (0.0, True)])
+def test_moving_bot_dodges_an_orb(bot_speed, hit):
+    # Four NPCs press from the west, so the evasive bot runs east, across the
+    # path of an orb fired from the south: it escapes only if it moves.
+    env, params = jaxarena.make("Arena-v0", bot="evasive", bot_melee_damage=0.0, bot_speed=bot_speed)
+    npc = np.array([[15.0, 21.5], [11.0, 27.0], [11.0, 26.0], [11.0, 28.0], [10.5, 27.0]], np.float32)
+    state = build_state(params, npc, [15.0, 27.0])
+    state, infos = run(env, params, state, [[RANGED, HOLD, HOLD, HOLD, HOLD]] + [[HOLD] * 5] * 10)
+    assert float(state.bot_hp) == (295.0 if hit else 300.0)
+    if not hit:
+        assert float(state.bot_pos[0]) > 17.0  # it moved sideways, not along the orb's line
 
 
 def test_units_cannot_enter_boxes_or_leave_the_arena(still_bot):
@@ -209,17 +216,40 @@ def test_team_reward_damage_kill_and_wipe():
     npc = SPREAD.copy()
     npc[2] = [15.0, 3.0]
     state = build_state(params, npc, [15.0, 5.0])
-    _, reward, term, _, _ = env.step_env(jax.random.key(0), state, actions(HOLD, HOLD, MELEE, HOLD, HOLD), params)
+    _, reward, term, _, _ = _STEP(jax.random.key(0), state, actions(HOLD, HOLD, MELEE, HOLD, HOLD), params)
     np.testing.assert_allclose(reward, np.full(5, 15.0 / 300.0), rtol=1e-6)
     assert not bool(term)
 
     low = state.replace(bot_hp=jnp.float32(10.0))
-    _, reward, term, _, _ = env.step_env(jax.random.key(0), low, actions(HOLD, HOLD, MELEE, HOLD, HOLD), params)
+    _, reward, term, _, _ = _STEP(jax.random.key(0), low, actions(HOLD, HOLD, MELEE, HOLD, HOLD), params)
     np.testing.assert_allclose(reward, np.full(5, 10.0 / 300.0 + 1.0), rtol=1e-6)  # only 10 HP could be taken
     assert bool(term)
 
     hp = jnp.array([0.0, 0.0, 15.0, 0.0, 0.0])
     doomed = build_state(params, npc, [15.0, 5.5], npc_hp=hp)
-    _, reward, term, _, _ = env.step_env(jax.random.key(0), doomed, actions(HOLD, HOLD, RETREAT, HOLD, HOLD), params)
+    _, reward, term, _, _ = _STEP(jax.random.key(0), doomed, actions(HOLD, HOLD, RETREAT, HOLD, HOLD), params)
     np.testing.assert_allclose(reward, np.full(5, -1.0))
     assert bool(term)
+
+
+def test_kill_and_wipe_on_one_tick_is_an_npc_win_without_wipe_penalty():
+    env, params = jaxarena.make("Arena-v0", bot="aggressive", bot_speed=0.0, shaping_weight=0.0)
+    npc = SPREAD.copy()
+    npc[2] = [15.0, 25.0]
+    hp = jnp.array([0.0, 0.0, 15.0, 0.0, 0.0])
+    state = build_state(params, npc, [15.0, 27.0], npc_hp=hp, bot_hp=jnp.float32(10.0))
+    _, obs_state, reward, done, info = jax.jit(env.step)(jax.random.key(0), state, actions(HOLD, HOLD, MELEE, HOLD, HOLD), params)
+    assert bool(done) and int(info["outcome"]) == jaxarena.OUTCOMES.index("npc_win")
+    np.testing.assert_allclose(reward, np.full(5, 10.0 / 300.0 + 1.0), rtol=1e-6)
+    assert float(info["damage_dealt"][2]) == pytest.approx(10.0)  # credited with what was left
+
+
+def test_the_tag_carries_over_an_auto_reset():
+    env, params = jaxarena.make("Arena-v0", episode_s=0.5)
+    _, state = env.reset(jax.random.key(0), params)
+    state = env.set_tag(state, 3)
+    step = jax.jit(env.step)
+    for t in range(5):
+        obs, state, _, done, _ = step(jax.random.key(t), state, actions(0, 0, 0, 0, 0), params)
+    assert bool(done) and int(state.t) == 0 and int(state.tag) == 3
+    np.testing.assert_allclose(obs[:, 22], 1.0)

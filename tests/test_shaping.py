@@ -71,10 +71,11 @@ def test_env_reward_adds_weighted_shaping_for_living_npcs_only():
     hp = jnp.array([60.0, 60.0, 0.0, 60.0, 60.0])
     state = build_state(params, npc, [15.0, 27.0], npc_hp=hp, tag=jnp.int32(AGGRESSIVE))
     hold = jnp.full((5,), 3, jnp.int32)  # melee out of range: stand still
-    stepped, reward, *_ = env.step_env(jax.random.key(0), state, hold, params)
+    step = jax.jit(env.step_env)
+    stepped, reward, *_ = step(jax.random.key(0), state, hold, params)
     expected = 2.0 * 0.01 * (1.0 - np.hypot(*(npc - [15.0, 27.0]).T) / D_MAX)
     expected[2] = 0.0
     np.testing.assert_allclose(reward, expected, rtol=1e-5)
     _, params_a = jaxarena.make("Arena-v0", bot="aggressive", bot_speed=0.0, bot_melee_damage=0.0, shaping_weight=0.0)
-    _, reward_a, *_ = env.step_env(jax.random.key(0), state, hold, params_a)
+    _, reward_a, *_ = step(jax.random.key(0), state, hold, params_a)
     np.testing.assert_array_equal(reward_a, np.zeros(5))

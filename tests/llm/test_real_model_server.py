@@ -60,3 +60,27 @@ def test_selector_with_the_real_model(model_server, tmp_path):
     assert tags[0] == tags[2] or selector.records[2]["fallback"] is not None
     assert selector.stats.llm_requests == 2  # the repeated state was asked once
     assert all(r["error"] is None for r in selector.records)
+
+
+def test_default_selector_runs_the_embedded_model_inside_the_jitted_rollout(tmp_path):
+    """No server at all: the default backend, called through io_callback from the scan."""
+    pytest.importorskip("jaxarena.llm.backends.embedded")
+    import jax
+
+    import jaxarena
+    from jaxarena.llm.rollout import rollout_with_llm
+
+    env, params = jaxarena.make("Arena-v0", bot="balanced")
+
+    def policy(p, obs, key):
+        return jax.random.randint(key, (5,), 0, 6)
+
+    with TagSelector(log_path=tmp_path / "d.jsonl") as selector:
+        assert selector.backend.name == "embedded"
+        result = rollout_with_llm(env, params, policy, None, jax.random.key(0), selector,
+                                  num_episodes=4, num_periods=2)
+    assert selector.stats.calls == 2 and selector.stats.errors == 0
+    assert len(selector.records) == int(np.asarray(result.decision_active).sum())
+    for record in selector.records:
+        assert record["model"] == selector.backend.model
+        assert record["fallback"] in (None, "empty", "non_numeric", "out_of_range")

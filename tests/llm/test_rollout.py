@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import jaxarena
-from llm_servers import digit_server, free_port, server  # noqa: F401 - pytest fixtures
+from llm_servers import digit_server, server  # noqa: F401 - pytest fixtures
 
 from jaxarena.llm.backends.ollama import OllamaBackend
 from jaxarena.llm.prompt import build_prompt
@@ -111,8 +111,7 @@ def test_latency_steps_delays_the_new_tag(arena):
         make_rollout(env, params, passive_policy, 0, 2, latency_steps=50)
 
 
-def test_finished_episodes_are_frozen(arena):
-    env, params = arena
+def test_finished_episodes_are_frozen():
     # Short episodes: every one times out at 10 s, within the 3 periods run.
     env, params = jaxarena.make("Arena-v0", bot="evasive", episode_s=10.0)
     result = rollout_with_llm(env, params, passive_policy, None, jax.random.key(5), schedule_tags([1, 2, 3]),

@@ -156,12 +156,12 @@ def test_server_down_is_a_fallback_not_a_crash(free_port, tmp_path):
 
 
 def test_batch_timeout_bounds_a_call(server):
-    server.set_faults(p_timeout=1.0, hang_s=3.0)
+    server.set_faults(p_timeout=1.0, hang_s=10.0)
     backend = OllamaBackend("mistral", server.url, timeout_s=20.0)
     with TagSelector(backend, batch_timeout_s=0.5) as sel:
         start = time.perf_counter()
         tags = sel.select(features(2), np.array([1, 2], np.int32), np.zeros(2, bool), 0.0)
-        assert time.perf_counter() - start < 2.0
+        assert time.perf_counter() - start < 5.0  # not the server's 10 s, nor the backend's 20 s
     np.testing.assert_array_equal(tags, [1, 2])
     assert sel.stats.fallbacks["error"] == 2
 

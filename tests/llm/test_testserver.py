@@ -11,7 +11,7 @@ import numpy as np
 import ollama
 import pytest
 
-from llm_servers import digit_server, free_port, server  # noqa: F401 - pytest fixtures
+from llm_servers import digit_server, server  # noqa: F401 - pytest fixtures
 
 from jaxarena.llm.backends.ollama import OllamaBackend
 from jaxarena.llm.prompt import SYSTEM, build_prompt

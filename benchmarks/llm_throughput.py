@@ -1,0 +1,153 @@
+"""Embedded LLM throughput: unique prompts per second through the JAX SmolLM2.
+
+Measures, printing one JSON line each:
+  load        weights-cache load time, cold (dequantize the GGUF and write the
+              cache, in a temporary cache folder) and warm (read the cache);
+  batch B     for each batch size: compile time of the programs (first call),
+              then prompts/s over `--batches` calls of B distinct prompts
+              (realistic state lines, every prompt different, so no cache
+              helps), through the backend's own generate path (tokenize,
+              shared-prefix KV cache, read, 3 sampled tokens, decode);
+  replies     what the model said for the prompts of the largest batch
+              (reply counts, and how many parse to a valid tag).
+
+Each line also has `loadavg_1m` and `cpu_s_per_prompt`: on a shared machine the
+wall-clock rate drops with other load, while CPU seconds per prompt do not.
+
+    python benchmarks/llm_throughput.py [--batch-sizes 8 16 32] [--batches 4] [--skip-cold]
+
+No XLA flags are set: turning YNNPACK fusions off (as the env benchmark does)
+makes the bf16 matrix products 2-3x slower.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import platform
+import random
+import tempfile
+import time
+
+import numpy as np
+
+
+def distinct_prompts(n: int, seed: int):
+    """n distinct Table 10 prompts with varied, realistic state values."""
+    from jaxarena.llm.prompt import build_prompt
+
+    rng = random.Random(seed)
+    seen, out = set(), []
+    while len(out) < n:
+        alive = rng.randint(1, 5)
+        p = build_prompt(
+            rng.randint(1, 300), rng.randint(1, 60), alive, rng.random() < 0.5, rng.uniform(0.5, 40.0)
+        )
+        if p.user not in seen:
+            seen.add(p.user)
+            out.append(p)
+    return out
+
+
+def load_times(skip_cold: bool) -> dict:
+    from jaxarena.llm import weights
+
+    out = {"bench": "llm_embedded_load"}
+    if not skip_cold:
+        with tempfile.TemporaryDirectory() as tmp:
+            old = os.environ.get("JAXARENA_CACHE")
+            os.environ["JAXARENA_CACHE"] = tmp
+            try:
+                t = time.perf_counter()
+                weights.load_model()
+                out["cold_s"] = round(time.perf_counter() - t, 3)
+                t = time.perf_counter()
+                m = weights.load_model()
+                out["warm_tmp_s"] = round(time.perf_counter() - t, 3)
+                assert m.from_cache
+            finally:
+                if old is None:
+                    os.environ.pop("JAXARENA_CACHE", None)
+                else:
+                    os.environ["JAXARENA_CACHE"] = old
+    weights.load_model()  # make sure the user cache exists
+    t = time.perf_counter()
+    m = weights.load_model()
+    out["warm_s"] = round(time.perf_counter() - t, 3)
+    out["from_cache"] = m.from_cache
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--batch-sizes", type=int, nargs="+", default=[8, 16, 32])
+    ap.add_argument("--batches", type=int, default=4, help="timed calls per batch size")
+    ap.add_argument("--skip-cold", action="store_true", help="skip the cold (dequantize) load")
+    args = ap.parse_args()
+
+    import jax
+
+    from jaxarena.llm.generate import SmolLM2Generator
+    from jaxarena.llm.prompt import parse_tag
+    from jaxarena.llm.weights import load_model
+
+    info = {"jax": jax.__version__, "cpu_count": os.cpu_count(), "machine": platform.machine()}
+    print(json.dumps({**load_times(args.skip_cold), **info}), flush=True)
+
+    loaded = load_model()
+    seed = 0
+    last = None
+    for B in args.batch_sizes:
+        gen = SmolLM2Generator(loaded, batch_buckets=(B,))
+        warm = distinct_prompts(B, seed=10_000 + B)
+        t = time.perf_counter()
+        gen.generate([(p.system, p.user) for p in warm])
+        compile_s = time.perf_counter() - t
+        times, cpu, n = [], 0.0, 0
+        load0 = os.getloadavg()[0]
+        for i in range(args.batches):
+            prompts = distinct_prompts(B, seed=seed)
+            seed += 1
+            t, c = time.perf_counter(), time.process_time()
+            gens = gen.generate([(p.system, p.user) for p in prompts])
+            times.append(time.perf_counter() - t)
+            cpu += time.process_time() - c
+            n += len(gens)
+        last = (prompts, gens)
+        print(
+            json.dumps(
+                {
+                    "bench": "llm_embedded",
+                    "batch": B,
+                    "prompts_per_s": round(n / sum(times), 2),
+                    "best_batch_prompts_per_s": round(B / min(times), 2),
+                    "batch_s_median": round(float(np.median(times)), 3),
+                    "compile_s": round(compile_s, 2),
+                    # CPU seconds (all threads) per prompt. On a shared machine the
+                    # wall-clock rate understates what dedicated cores give;
+                    # cores / cpu_s_per_prompt bounds it from above.
+                    "cpu_s_per_prompt": round(cpu / n, 4),
+                    "prompts": n,
+                    "loadavg_1m": round((load0 + os.getloadavg()[0]) / 2, 2),
+                }
+            ),
+            flush=True,
+        )
+        del gen
+
+    if last is not None:
+        _, gens = last
+        texts = collections.Counter(g.text for g in gens)
+        valid = sum(parse_tag(g.text, previous=0)[1] is None for g in gens)
+        print(
+            json.dumps(
+                {"bench": "llm_embedded_replies", "prompts": len(gens), "valid_tags": valid, "replies": dict(texts.most_common(8))}
+            ),
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()

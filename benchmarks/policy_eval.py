@@ -1,0 +1,94 @@
+"""Evaluate trained policies: win rates with 95% Wilson CIs, references, B's tag response.
+
+    python benchmarks/policy_eval.py --policy A --episodes 1000            # shipped A, sampled and greedy
+    python benchmarks/policy_eval.py --tag-response B --episodes 300        # shipped B under each fixed tag
+
+Outcomes are over `--episodes` seeded episodes per bot, one episode per
+arena, all in one batch (see `jaxarena.algorithms.evaluation`). References:
+a uniformly random squad, a scripted focus-fire squad (every NPC walks at
+the bot and melees when it can) and a chase-and-orb squad (the same, but
+within 11 u it fires an orb with probability 0.8). Prints JSON lines; `--markdown` adds tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_experimental_ynn_fusion_type=").strip()
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from jaxarena.algorithms.checkpoint import load_policy  # noqa: E402
+from jaxarena.algorithms.evaluation import chase_and_orb_policy, focus_fire_policy, outcome_summary, random_policy, run_episodes  # noqa: E402
+from jaxarena.types import BOT_TYPES, TAGS  # noqa: E402
+
+
+def fmt(s):
+    return f"{100 * s['rate']:.1f}% [{100 * s['lo']:.1f}, {100 * s['hi']:.1f}]"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--policy", default=None, help="run dir or packaged name (A/B) to evaluate for outcomes")
+    p.add_argument("--tag-response", default=None, help="run dir or packaged name of a Combination B policy")
+    p.add_argument("--episodes", type=int, default=1000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--modes", nargs="+", default=["sampled", "greedy"], choices=["sampled", "greedy"])
+    p.add_argument("--references", action="store_true", help="also evaluate random and focus-fire squads")
+    p.add_argument("--markdown", action="store_true")
+    args = p.parse_args()
+    table = []
+
+    def outcomes(label, act, **kw):
+        for bot in BOT_TYPES:
+            t = time.time()
+            res = run_episodes(act, bot, n=args.episodes, seed=args.seed, **kw)
+            summ = outcome_summary(res["outcome"])
+            row = dict(policy=label, bot=bot, n=args.episodes, seconds=round(time.time() - t, 1),
+                       mean_time_s=float(np.mean(res["episode_time"])), **{k: v for k, v in summ.items() if k != "n"})
+            print(json.dumps(row), flush=True)
+            table.append(row)
+
+    if args.policy:
+        for mode in args.modes:
+            policy, params = load_policy(args.policy, greedy=(mode == "greedy"))
+            outcomes(f"{args.policy} ({mode})", lambda obs, key, policy=policy, params=params: policy(params, obs, key))
+    if args.references:
+        outcomes("focus-fire (scripted)", focus_fire_policy)
+        outcomes("chase-and-orb (scripted, p=0.8)", chase_and_orb_policy)
+        outcomes("random", random_policy)
+    if args.markdown and table:
+        print("\n| policy | bot | NPC win [95% CI] | bot win [95% CI] | timeout [95% CI] | mean length (s) |")
+        print("|---|---|---|---|---|---|")
+        for r in table:
+            print(f"| {r['policy']} | {r['bot']} | {fmt(r['npc_win'])} | {fmt(r['bot_win'])} | {fmt(r['timeout'])} | {r['mean_time_s']:.1f} |")
+
+    if args.tag_response:
+        rows = []
+        for mode in args.modes:
+            policy, params = load_policy(args.tag_response, greedy=(mode == "greedy"))
+            act = lambda obs, key, policy=policy, params=params: policy(params, obs, key)  # noqa: E731
+            for bot in BOT_TYPES:
+                for tag in range(4):
+                    res = run_episodes(act, bot, n=args.episodes, seed=args.seed, tag=tag, shaping_weight=1.0)
+                    row = dict(policy=f"{args.tag_response} ({mode})", bot=bot, tag=tag, tag_name=TAGS[tag],
+                               mean_distance=float(np.mean(res["mean_distance"])),
+                               lateral_share=float(np.mean(res["lateral_share"])),
+                               npc_win=float(np.mean(res["outcome"] == 1)),
+                               mean_time_s=float(np.mean(res["episode_time"])))
+                    print(json.dumps(row), flush=True)
+                    rows.append(row)
+        if args.markdown:
+            print("\n| policy | bot | tag | mean NPC-bot distance (u) | lateral share | NPC win | mean length (s) |")
+            print("|---|---|---|---|---|---|---|")
+            for r in rows:
+                print(f"| {r['policy']} | {r['bot']} | {r['tag']} {r['tag_name']} | {r['mean_distance']:.2f} | "
+                      f"{r['lateral_share']:.3f} | {r['npc_win']:.2f} | {r['mean_time_s']:.1f} |")
+
+
+if __name__ == "__main__":
+    main()

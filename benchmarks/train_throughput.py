@@ -1,0 +1,138 @@
+"""PPO training throughput, with a split of where the time goes.
+
+For one config (the PPOConfig defaults unless overridden) this measures, in
+the same process and at the same batch size:
+
+  env_only      a rollout of `num_steps` ticks with random actions
+  env_forward   the same rollout driven by the policy network (forward pass,
+                sampling, and the critic on final_obs), as PPO collects it
+  full_update   complete PPO updates: rollout + GAE + all epochs/minibatches
+
+Each is compiled first (`.lower().compile()`, compile time reported
+separately), then timed with `block_until_ready`. Throughput is env steps/s
+(one 0.1 s tick of one whole 5-vs-1 arena); agent steps/s is x5. Prints one
+JSON line per measurement.
+
+    python benchmarks/train_throughput.py                 # YNNPACK fusions off (default)
+    python benchmarks/train_throughput.py --both-flags    # measure with and without, in subprocesses
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+YNN_FLAG = "--xla_cpu_experimental_ynn_fusion_type="
+
+
+def parse():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--updates", type=int, default=10, help="updates per timed call")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--num-envs", type=int, default=None)
+    p.add_argument("--num-steps", type=int, default=None)
+    p.add_argument("--combination", default="A")
+    p.add_argument("--ynn", choices=("off", "on"), default="off", help="off adds " + YNN_FLAG)
+    p.add_argument("--both-flags", action="store_true", help="run once with each --ynn setting")
+    return p.parse_args()
+
+
+def main():
+    args = parse()
+    if args.both_flags:
+        base = [a for a in sys.argv[1:] if a != "--both-flags"]
+        for ynn in ("off", "on"):
+            subprocess.run([sys.executable, __file__, *base, "--ynn", ynn], check=True)
+        return
+    if args.ynn == "off":
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + YNN_FLAG).strip()
+
+    import jax
+    import jax.numpy as jnp
+
+    import jaxarena
+    from jaxarena.algorithms import ActorCritic, PPOConfig, make_trainer
+
+    cfg = PPOConfig(combination=args.combination)
+    cfg = cfg.replace(**{k: v for k, v in (("num_envs", args.num_envs), ("num_steps", args.num_steps)) if v})
+    n_envs, n_steps = cfg.num_envs, cfg.num_steps
+    common = dict(
+        config={k: cfg.to_dict()[k] for k in ("num_envs", "num_steps", "update_epochs", "num_minibatches", "hidden")},
+        ynn_fusions=args.ynn,
+        devices=f"{jax.device_count()}x{jax.devices()[0].platform}",
+        cpus=os.cpu_count(),
+        machine=platform.machine(),
+    )
+
+    def timed(fn, *a):
+        t = time.perf_counter()
+        compiled = jax.jit(fn).lower(*a).compile()
+        compile_s = time.perf_counter() - t
+        jax.block_until_ready(compiled(*a))  # warm-up
+        best = float("inf")
+        for _ in range(args.repeats):
+            t = time.perf_counter()
+            jax.block_until_ready(compiled(*a))
+            best = min(best, time.perf_counter() - t)
+        return compile_s, best
+
+    def report(name, compile_s, seconds, env_steps):
+        print(json.dumps(dict(
+            measure=name, env_steps_per_s=round(env_steps / seconds), agent_steps_per_s=round(5 * env_steps / seconds),
+            seconds=round(seconds, 4), env_steps=env_steps, compile_s=round(compile_s, 2), **common,
+        )), flush=True)
+
+    env, params = jaxarena.make("Arena-v0")
+    bot_types = jnp.arange(n_envs) % 3
+    v_step = jax.vmap(lambda k, s, a, bt: env.step(k, s, a, params.replace(bot_type=bt)))
+    obs0, state0 = jax.vmap(lambda k, bt: env.reset(k, params.replace(bot_type=bt)))(
+        jax.random.split(jax.random.PRNGKey(0), n_envs), bot_types
+    )
+    net = ActorCritic(hidden=cfg.hidden, activation=cfg.activation)
+    net_params = net.init(jax.random.PRNGKey(1), obs0)
+
+    # 1. env only: random actions, keys split per step as PPO does.
+    def env_only(state, key):
+        def body(c, _):
+            state, key, acc = c
+            key, k_act, k_step = jax.random.split(key, 3)
+            a = jax.random.randint(k_act, (n_envs, 5), 0, 6)
+            obs, state, r, d, info = v_step(jax.random.split(k_step, n_envs), state, a, bot_types)
+            return (state, key, acc + jnp.sum(obs[..., ::7]) + jnp.sum(r) + jnp.sum(info["final_obs"][..., 2])), None
+
+        return jax.lax.scan(body, (state, key, 0.0), None, n_steps)[0][2]
+
+    # 2. env + the policy's forward pass, as PPO's rollout does it.
+    def env_forward(p, obs, state, key):
+        def body(c, _):
+            obs, state, key, acc = c
+            key, k_act, k_step = jax.random.split(key, 3)
+            pi, v = net.apply(p, obs)
+            a = pi.sample(seed=k_act)
+            lp = pi.log_prob(a)
+            obs, state, r, d, info = v_step(jax.random.split(k_step, n_envs), state, a, bot_types)
+            nv = net.apply(p, info["final_obs"], method=ActorCritic.value)
+            return (obs, state, key, acc + jnp.sum(v) + jnp.sum(lp) + jnp.sum(nv) + jnp.sum(r)), None
+
+        return jax.lax.scan(body, (obs, state, key, 0.0), None, n_steps)[0][3]
+
+    key = jax.random.PRNGKey(2)
+    c, s = timed(env_only, state0, key)
+    report("env_only", c, s, n_envs * n_steps)
+    c, s = timed(env_forward, net_params, obs0, state0, key)
+    report("env_forward", c, s, n_envs * n_steps)
+
+    # 3. full PPO updates (the training program itself).
+    trainer = make_trainer(cfg)
+    rs = jax.jit(trainer.init)(jax.random.PRNGKey(0))
+    c, s = timed(lambda r: trainer.run_updates(r, args.updates), rs)
+    report("full_update", c, s, args.updates * cfg.steps_per_update)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+"""The paper's evaluation protocol: batched A/B episodes, statistics, report and figures.
+
+Installed as `jaxarena.protocol`. It sits above `jaxarena.algorithms` and
+`jaxarena.llm` in the dependency order (env <- algorithms <- llm/protocol <- scripts).
+
+- `stats`: Tables 6-9 statistics (numpy/scipy only).
+- `run`: `ProtocolConfig` and `ProtocolRunner` (cells, paired seeds, resume).
+- `report`: summary.json, episodes.csv, decisions.jsonl, report.md, figures.
+- `cli`: `evaluate(...)` and `main(argv)`, the `jaxarena-evaluate` command.
+
+    from jaxarena.protocol import ProtocolConfig, evaluate
+    summary = evaluate(ProtocolConfig(episodes=100))     # results/<run-id>/report.md
+
+Names are loaded on first use, so importing `jaxarena.protocol.stats` stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "ProtocolConfig": "run",
+    "ProtocolRunner": "run",
+    "evaluate": "cli",
+    "main": "cli",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

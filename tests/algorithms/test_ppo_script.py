@@ -1,0 +1,45 @@
+"""The training command: a tiny run, then a resumed one extending it, in one process."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from jaxarena.algorithms.checkpoint import has_checkpoint, load_policy, read_config
+from jaxarena.algorithms.train_loop import main
+
+TINY = ["--num-envs", "6", "--num-steps", "8", "--hidden", "8", "--chunk", "2", "--no-progress",
+        "--set", "update_epochs=1", "num_minibatches=2"]
+
+
+@pytest.mark.slow
+def test_train_script_writes_everything_and_resumes(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["--combination", "B", "--total-steps", str(6 * 8 * 3), "--out", str(out), *TINY]) == 0
+    assert has_checkpoint(out)
+    assert read_config(out).combination == "B"
+    rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in rows] == [1, 2, 3]
+    assert (out / "learning_curve.png").stat().st_size > 1000
+    printed = capsys.readouterr().out
+    assert "checkpoint:" in printed and "metrics:" in printed
+
+    # Same --out, a larger budget: resumes at update 3 (no --resume needed) and appends.
+    assert main(["--total-steps", str(6 * 8 * 5), "--out", str(out), *TINY]) == 0
+    assert "resumed" in capsys.readouterr().out
+    rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in rows] == [1, 2, 3, 4, 5]
+    csv_lines = (out / "metrics.csv").read_text().splitlines()
+    assert len(csv_lines) == 6  # header + 5 rows
+    policy, params = load_policy(out, greedy=True)
+    assert policy(params, np.zeros((5, 23), np.float32)).shape == (5,)
+
+    # Changing a fixed hyper-parameter of an existing run is refused.
+    with pytest.raises(SystemExit):
+        main(["--out", str(out), "--lr", "0.1", *TINY])
+    # --fresh starts over.
+    assert main(["--combination", "A", "--total-steps", str(6 * 8 * 2), "--out", str(out), "--fresh", *TINY]) == 0
+    rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in rows] == [1, 2]

@@ -1,0 +1,151 @@
+"""The protocol end to end on a small budget: outputs, report ↔ summary, resume after a kill, determinism.
+
+Real pieces throughout: the shipped A policy (used for both combinations so the
+test does not depend on B's checkpoint), the embedded LLM, the jitted rollout.
+Episodes are shortened to 4 decision periods (20 s) to keep the LLM's work small.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jaxarena.protocol import ProtocolConfig, evaluate
+from jaxarena.protocol.run import ProtocolRunner
+
+CONFIG = ProtocolConfig(episodes=4, seed=3, policy_a="A", policy_b="A", num_periods=4, n_boot=2000)
+
+
+class SimulatedKill(Exception):
+    pass
+
+
+def _kill_after_first(name, cell):
+    raise SimulatedKill(name)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """r1: killed after its first cell, then resumed; r2: the same config from scratch (warm LLM cache)."""
+    out = tmp_path_factory.mktemp("results")
+    with pytest.raises(SimulatedKill):
+        evaluate(CONFIG, out, "r1", progress=False, figures=False, after_cell=_kill_after_first)
+    cells_dir = out / "r1" / "cells"
+    stored = sorted(p.name for p in cells_dir.iterdir())
+    first = cells_dir / "A_aggressive.json"
+    before = (first.read_bytes(), first.stat().st_mtime_ns)
+    s1 = evaluate(CONFIG, out, "r1", progress=False)
+    s2 = evaluate(CONFIG, out, "r2", progress=False, figures=False)
+    return {"out": out, "stored_after_kill": stored, "first_before": before, "s1": s1, "s2": s2}
+
+
+def test_kill_leaves_only_whole_cells_and_resume_does_not_recompute(runs):
+    out = runs["out"]
+    assert runs["stored_after_kill"] == ["A_aggressive.json"]  # no temp files, no partial cells
+    first = out / "r1" / "cells" / "A_aggressive.json"
+    assert (first.read_bytes(), first.stat().st_mtime_ns) == runs["first_before"]
+    t = runs["s1"]["timings"]
+    assert t["loaded_cells"] == ["A_aggressive"]
+    assert "A_aggressive" not in t["computed_cells"] and len(t["computed_cells"]) == 5
+    assert sorted(p.name for p in (out / "r1" / "cells").iterdir()) == sorted(
+        f"{c}_{b}.json" for c, b in CONFIG.cells())
+
+
+def test_resumed_run_equals_uninterrupted_run(runs):
+    out = runs["out"]
+    assert (out / "r1" / "episodes.csv").read_bytes() == (out / "r2" / "episodes.csv").read_bytes()
+
+    def decisions(run):
+        rows = [json.loads(l) for l in (out / run / "decisions.jsonl").read_text().splitlines()]
+        return [{k: r[k] for k in ("combination", "bot", "episode", "time_s", "state", "reply", "tag", "fallback")}
+                for r in rows]
+
+    d1, d2 = decisions("r1"), decisions("r2")
+    assert d1 == d2 and len(d1) > 0
+    # r2 found every prompt in the cache that r1 filled.
+    assert runs["s2"]["llm_counters"]["llm_requests"] == 0
+
+
+def test_outputs_are_complete_and_consistent(runs):
+    run_dir = runs["out"] / "r1"
+    s = json.loads((run_dir / "summary.json").read_text())
+    rows = list(csv.DictReader((run_dir / "episodes.csv").open()))
+    assert len(rows) == 6 * CONFIG.episodes
+    decisions = (run_dir / "decisions.jsonl").read_text().splitlines()
+    assert len(decisions) == s["tags"]["overall"]["total"] == sum(int(r["decisions"]) for r in rows)
+    assert s["policies"]["A"]["sha256"].startswith("sha256:") and len(s["policies"]["A"]["sha256"]) == 71
+    assert s["llm"]["backend"] == "embedded"
+    for fig in ("fig5_durations_A.png", "fig6_durations_B.png", "fig7_outcomes.png", "fig8_a_vs_b.png", "fig9_tags.png"):
+        assert (run_dir / fig).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Paired design: A and B episodes of a bot share their keys.
+    for bot in CONFIG.bots:
+        a = [r["episode_key"] for r in rows if r["combination"] == "A" and r["bot"] == bot]
+        b = [r["episode_key"] for r in rows if r["combination"] == "B" and r["bot"] == bot]
+        assert a == b and len(set(a)) == CONFIG.episodes
+    # The CSV is the source of the descriptive statistics.
+    for comb in ("A", "B"):
+        for bot in CONFIG.bots:
+            d = np.array([float(r["duration_s"]) for r in rows if r["combination"] == comb and r["bot"] == bot])
+            assert s["descriptive"][comb][bot]["mean_s"] == pytest.approx(d.mean(), abs=1e-6)
+    assert not list(run_dir.glob(".*.tmp"))
+
+
+def _tables(markdown: str) -> dict[str, list[list[str]]]:
+    """Markdown tables by the heading line above them: rows of cell strings (header and rule dropped)."""
+    tables, title, rows = {}, None, None
+    for line in markdown.splitlines():
+        if line.startswith("### "):
+            title, rows = line[4:], []
+            tables[title] = rows
+        elif line.startswith("|") and title is not None:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if not set("".join(cells)) <= set("-: "):
+                rows.append(cells)
+    return {k: v[1:] for k, v in tables.items()}  # drop header rows
+
+
+def _num(text: str) -> float:
+    return float(re.match(r"[-+]?[0-9.]+(e[-+]?[0-9]+)?", text.replace("%", "")).group(0))
+
+
+def test_report_tables_parse_back_to_summary(runs):
+    run_dir = runs["out"] / "r1"
+    s = json.loads((run_dir / "summary.json").read_text())
+    tables = _tables((run_dir / "report.md").read_text())
+    keys = ("mean_s", "median_s", "std_s", "npc_win_pct", "bot_win_pct", "timeout_pct")
+    for comb, prefix in (("A", "Table 6."), ("B", "Table 7.")):
+        (title,) = [t for t in tables if t.startswith(prefix)]
+        ours = [r for r in tables[title] if r[1].startswith("ours")]
+        assert len(ours) == 3
+        for row in ours:
+            ref = s["descriptive"][comb][row[0].lower()]
+            for text, key in zip(row[2:8], keys):
+                assert _num(text) == pytest.approx(ref[key], abs=0.051 if key.endswith("pct") else 0.0051)
+            lo, hi = (float(x) for x in row[8].split("–"))
+            assert (lo, hi) == pytest.approx(ref["ci95"]["npc_win"], abs=0.051)
+        paper = [r for r in tables[title] if r[1].startswith("paper")]
+        assert _num(paper[0][2]) == (77.72 if comb == "A" else 66.54)
+    (title,) = [t for t in tables if t.startswith("Table 8.")]
+    for row in (r for r in tables[title] if r[1].startswith("ours")):
+        m = s["mann_whitney"][row[0].lower()]
+        assert _num(row[2]) == pytest.approx(m["U"], abs=0.05)
+        assert _num(row[3]) == pytest.approx(m["p"], rel=1e-3, abs=5e-5)
+        assert row[3].endswith(m["stars"])
+        assert _num(row[4]) == pytest.approx(m["r"], abs=5e-4)
+        assert _num(row[5]) == pytest.approx(m["r_rb"], abs=5e-4)
+        assert row[6] == m["direction"]
+    (title,) = [t for t in tables if t.startswith("Table 9.")]
+    assert [int(r[2]) for r in tables[title]] == s["tags"]["overall"]["counts"]
+    assert [int(r[4]) for r in tables[title]] == [2036, 103, 107, 184]
+
+
+def test_stored_cells_of_another_configuration_are_refused(runs):
+    other = ProtocolConfig(**{**CONFIG.as_dict(), "bots": CONFIG.bots, "combinations": CONFIG.combinations, "seed": 4})
+    runner = ProtocolRunner(other, runs["out"] / "r1", progress=False)
+    with pytest.raises(RuntimeError, match="different configuration"):
+        runner.run()
