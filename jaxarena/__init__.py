@@ -1,8 +1,8 @@
 """jaxarena: the paper's 5-vs-1 NPC combat arena as pure, vectorised JAX.
 
-    env, params = jaxarena.make("Arena-v0", bot="balanced")
-    obs, state = env.reset(key, params)
-    obs, state, reward, done, info = env.step(key, state, actions, params)
+env, params = jaxarena.make("Arena-v0", bot="balanced")
+obs, state = env.reset(key, params)
+obs, state, reward, done, info = env.step(key, state, actions, params)
 """
 
 from .env import Arena

@@ -67,8 +67,20 @@ def main(argv: list[str] | None = None) -> None:
         elapsed = time.perf_counter() - t0
         env, params = make("Arena-v0", bot=bot)
         recording = record_episode(env, params, random_policy, jax.random.key(args.seed))
-        gif = write_gif(render_frames(recording, params, every=args.every), out / f"random_vs_{bot}.gif", 0.1 * args.every)
-        print(json.dumps({"bot": bot, "episodes": args.episodes, "random_squad": shares, "seconds": round(elapsed, 2), "gif": str(gif)}))
+        gif = write_gif(
+            render_frames(recording, params, every=args.every), out / f"random_vs_{bot}.gif", 0.1 * args.every
+        )
+        print(
+            json.dumps(
+                {
+                    "bot": bot,
+                    "episodes": args.episodes,
+                    "random_squad": shares,
+                    "seconds": round(elapsed, 2),
+                    "gif": str(gif),
+                }
+            )
+        )
     print(f"GIFs written to {out.resolve()}")
 
 

@@ -93,9 +93,7 @@ class Arena:
         done = terminated | truncated
         # Salting the draw with the episode count keeps episodes distinct even
         # when a caller (wrongly) reuses one key for every step.
-        fresh = initial_state(key, params, salt=state.episode + 1).replace(
-            episode=state.episode + 1, tag=state.tag
-        )
+        fresh = initial_state(key, params, salt=state.episode + 1).replace(episode=state.episode + 1, tag=state.tag)
         next_state = jax.tree.map(lambda a, b: jnp.where(done, a, b), fresh, stepped)
         info.update(
             outcome=jnp.where(done, outcome_of(stepped), RUNNING),
@@ -143,7 +141,9 @@ class Arena:
         hit_npc = (jnp.arange(NUM_NPCS) == target) & bot_strikes
         fire = (act == RANGED) & (state.npc_orb_cd == 0) & ~jnp.all(state.orb_active, axis=-1)
         orb_active = state.orb_active & alive[:, None]  # a dead NPC's orbs vanish
-        orbs = physics.fire_orbs(fire, state.npc_pos, state.bot_pos, state.orb_pos, state.orb_dir, state.orb_travel, orb_active)
+        orbs = physics.fire_orbs(
+            fire, state.npc_pos, state.bot_pos, state.orb_pos, state.orb_dir, state.orb_travel, orb_active
+        )
         orb_pos, orb_dir, orb_travel, orb_active = orbs
 
         # (3) Movement. NPC directions are relative to the bot: strafing is
@@ -151,17 +151,26 @@ class Arena:
         to_bot = physics.safe_unit(state.bot_pos - state.npc_pos)
         left = physics.rotate_left(to_bot)
         npc_dir = jnp.select(
-            [act[:, None] == MOVE_TO_BOT, act[:, None] == STRAFE_LEFT, act[:, None] == STRAFE_RIGHT, act[:, None] == RETREAT],
+            [
+                act[:, None] == MOVE_TO_BOT,
+                act[:, None] == STRAFE_LEFT,
+                act[:, None] == STRAFE_RIGHT,
+                act[:, None] == RETREAT,
+            ],
             [to_bot, left, -left, -to_bot],
             0.0,
         )
         start = jnp.concatenate([state.npc_pos, state.bot_pos[None]])
-        step = jnp.concatenate([npc_dir * (params.npc_speed * params.dt), (bot_move * (params.bot_speed * params.dt))[None]])
+        step = jnp.concatenate(
+            [npc_dir * (params.npc_speed * params.dt), (bot_move * (params.bot_speed * params.dt))[None]]
+        )
         moved = physics.resolve_collisions(start + step, start, params.unit_radius, params.boxes, params.arena_size)
         npc_pos, bot_pos = moved[:NUM_NPCS], moved[NUM_NPCS]
 
         # (4) Orbs fly.
-        orb_pos, orb_travel, orb_active, orb_hits = physics.advance_orbs(orb_pos, orb_dir, orb_travel, orb_active, bot_pos, params)
+        orb_pos, orb_travel, orb_active, orb_hits = physics.advance_orbs(
+            orb_pos, orb_dir, orb_travel, orb_active, bot_pos, params
+        )
 
         # (5) Damage and cooldowns.
         dealt = melee * params.npc_melee_damage + jnp.sum(orb_hits, axis=-1) * params.orb_damage

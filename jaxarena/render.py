@@ -124,7 +124,8 @@ def draw_frame(state: EnvState, params: EnvParams, size: int = 480) -> Image.Ima
     bot_name = BOT_TYPES[int(params.bot_type)]
     mode = ("aggressive", "evasive")[int(state.bot_mode)]
     seconds = int(state.t) * float(params.dt)
-    status = f"t={seconds:5.1f}s  tag={TAGS[int(state.tag)]}  bot={bot_name} ({mode})  alive={int((state.npc_hp > 0).sum())}/5"
+    alive = int((state.npc_hp > 0).sum())
+    status = f"t={seconds:5.1f}s  tag={TAGS[int(state.tag)]}  bot={bot_name} ({mode})  alive={alive}/5"
     draw.text((6, 8), status, fill=(20, 20, 20))
     return image
 

@@ -47,4 +47,3 @@ def team_reward(damage_to_bot, bot_killed, squad_wiped, params: EnvParams) -> ja
         + jnp.where(bot_killed, params.kill_reward, 0.0)
         + jnp.where(squad_wiped, params.wipe_penalty, 0.0)
     )
-

@@ -97,4 +97,3 @@ def initial_state(key: jax.Array, params: EnvParams, salt=0) -> EnvState:
         damage_taken=jnp.float32(0.0),
         episode=jnp.int32(0),
     )
-

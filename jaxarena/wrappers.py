@@ -47,7 +47,10 @@ class LogWrapper:
     def __init__(self, env: Arena):
         self._env = env
         self.num_agents, self.obs_size, self.num_actions, self.num_tags = (
-            env.num_agents, env.obs_size, env.num_actions, env.num_tags,
+            env.num_agents,
+            env.obs_size,
+            env.num_actions,
+            env.num_tags,
         )
 
     @property

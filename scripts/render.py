@@ -1,6 +1,6 @@
 """Record one episode and write it as a GIF (and optionally PNG frames).
 
-    python scripts/render.py --bot balanced --out out/episode.gif [--policy random] [--png-dir out/frames]
+python scripts/render.py --bot balanced --out out/episode.gif [--policy random] [--png-dir out/frames]
 """
 
 from __future__ import annotations

@@ -94,7 +94,9 @@ def test_same_key_gives_bit_identical_trajectories_and_other_keys_differ():
 
 def test_jit_and_vmap_over_keys_and_over_params():
     env, base = jaxarena.make("Arena-v0")
-    params = jax.vmap(lambda b, hp: base.replace(bot_type=b, bot_hp=hp))(jnp.array([0, 1, 2, 0]), jnp.array([300.0, 300.0, 300.0, 150.0]))
+    params = jax.vmap(lambda b, hp: base.replace(bot_type=b, bot_hp=hp))(
+        jnp.array([0, 1, 2, 0]), jnp.array([300.0, 300.0, 300.0, 150.0])
+    )
     keys = jax.random.split(jax.random.key(0), 4)
     final, (obs, reward, done, outcome) = jax.jit(jax.vmap(lambda k, p: _trajectory(env, p, k)))(keys, params)
     chex.assert_shape(obs, (4, 200, 5, 23))

@@ -5,12 +5,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+from conftest import build_state
 
 import jaxarena
 from jaxarena.bots import MODE_AGGRESSIVE, MODE_EVASIVE
 from jaxarena.physics import norm
-
-from conftest import build_state
 
 HOLD = jnp.full((5,), 3, jnp.int32)  # stand still (melee with nothing in range)
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import jaxarena
-from jaxarena.types import NPC_WIN, BOT_WIN, TIMEOUT
+from jaxarena.types import BOT_WIN, NPC_WIN, TIMEOUT
 
 
 def rollout(n_envs: int, n_ticks: int, seed: int):

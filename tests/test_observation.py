@@ -6,11 +6,10 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+from conftest import build_state
 
 import jaxarena
 from jaxarena.observe import ALLY_INDEX, llm_features, observe
-
-from conftest import build_state
 
 
 def test_observation_layout_matches_table3_element_by_element():

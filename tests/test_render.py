@@ -11,7 +11,7 @@ import numpy as np
 from PIL import Image
 
 import jaxarena
-from jaxarena.render import draw_frame, random_policy, record_episode, render_frames, write_gif, write_png_frames
+from jaxarena.render import random_policy, record_episode, render_frames, write_gif, write_png_frames
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,8 +50,21 @@ def test_frames_show_units_where_they_stand(tmp_path):
 def test_render_script_writes_a_gif(tmp_path):
     out = tmp_path / "one.gif"
     result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "render.py"), "--bot", "aggressive", "--tag", "2", "--every", "10", "--out", str(out)],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "render.py"),
+            "--bot",
+            "aggressive",
+            "--tag",
+            "2",
+            "--every",
+            "10",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     assert out.exists() and Image.open(out).n_frames > 1

@@ -11,11 +11,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import SPREAD, actions, build_state
 
 import jaxarena
 from jaxarena.types import MELEE, MOVE_TO_BOT, RANGED, RETREAT, STRAFE_LEFT, STRAFE_RIGHT
-
-from conftest import SPREAD, actions, build_state
 
 HOLD = MELEE  # a melee with nothing in range: the NPC stands still and does nothing
 
@@ -35,7 +34,13 @@ def run(env, params, state, action_seq):
 
 def test_table1_defaults_match_the_paper():
     _, p = jaxarena.make("Arena-v0")
-    assert (p.bot_hp, p.bot_speed, p.bot_melee_range, p.bot_melee_damage, p.bot_melee_cooldown) == (300, 5, 3.0, 15, 0.8)
+    assert (p.bot_hp, p.bot_speed, p.bot_melee_range, p.bot_melee_damage, p.bot_melee_cooldown) == (
+        300,
+        5,
+        3.0,
+        15,
+        0.8,
+    )
     assert (p.npc_hp, p.npc_speed, p.npc_melee_range, p.npc_melee_damage, p.npc_melee_cooldown) == (60, 4, 2.5, 15, 0.5)
     assert p.arena_size == 30.0 and p.episode_s == 120.0 and p.decision_period_s == 5.0
 
@@ -57,14 +62,17 @@ def test_bot_speed_is_5_units_per_second():
     np.testing.assert_allclose(state.bot_pos, [14.0, 25.0], atol=1e-4)
 
 
-@pytest.mark.parametrize("action,expected", [
-    (MOVE_TO_BOT, [15.0, 3.4]),
-    (STRAFE_LEFT, [14.6, 3.0]),  # facing +z (the bot), left is -x
-    (STRAFE_RIGHT, [15.4, 3.0]),
-    (RETREAT, [15.0, 2.6]),
-    (MELEE, [15.0, 3.0]),
-    (RANGED, [15.0, 3.0]),
-])
+@pytest.mark.parametrize(
+    "action,expected",
+    [
+        (MOVE_TO_BOT, [15.0, 3.4]),
+        (STRAFE_LEFT, [14.6, 3.0]),  # facing +z (the bot), left is -x
+        (STRAFE_RIGHT, [15.4, 3.0]),
+        (RETREAT, [15.0, 2.6]),
+        (MELEE, [15.0, 3.0]),
+        (RANGED, [15.0, 3.0]),
+    ],
+)
 def test_table4_each_action_moves_as_named(still_bot, action, expected):
     env, params = still_bot
     npc = SPREAD.copy()
@@ -238,7 +246,9 @@ def test_kill_and_wipe_on_one_tick_is_an_npc_win_without_wipe_penalty():
     npc[2] = [15.0, 25.0]
     hp = jnp.array([0.0, 0.0, 15.0, 0.0, 0.0])
     state = build_state(params, npc, [15.0, 27.0], npc_hp=hp, bot_hp=jnp.float32(10.0))
-    _, obs_state, reward, done, info = jax.jit(env.step)(jax.random.key(0), state, actions(HOLD, HOLD, MELEE, HOLD, HOLD), params)
+    _, obs_state, reward, done, info = jax.jit(env.step)(
+        jax.random.key(0), state, actions(HOLD, HOLD, MELEE, HOLD, HOLD), params
+    )
     assert bool(done) and int(info["outcome"]) == jaxarena.OUTCOMES.index("npc_win")
     np.testing.assert_allclose(reward, np.full(5, 10.0 / 300.0 + 1.0), rtol=1e-6)
     assert float(info["damage_dealt"][2]) == pytest.approx(10.0)  # credited with what was left

@@ -6,14 +6,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import build_state
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jaxarena
 from jaxarena.rewards import shaping
 from jaxarena.types import AGGRESSIVE, FLANK, RETREAT_TAG, SURROUND
-
-from conftest import build_state
 
 _, PARAMS = jaxarena.make("Arena-v0")
 D_MAX = 30.0 * np.sqrt(2.0)
@@ -44,7 +43,18 @@ def test_aggressive_is_0_01_times_one_minus_d_over_dmax(d):
 
 @pytest.mark.parametrize(
     "theta,inside",
-    [(0.0, False), (59.0, False), (61.0, True), (90.0, True), (119.0, True), (121.0, False), (-61.0, True), (-119.0, True), (-121.0, False), (180.0, False)],
+    [
+        (0.0, False),
+        (59.0, False),
+        (61.0, True),
+        (90.0, True),
+        (119.0, True),
+        (121.0, False),
+        (-61.0, True),
+        (-119.0, True),
+        (-121.0, False),
+        (180.0, False),
+    ],
 )
 def test_flank_pays_0_0075_only_in_the_lateral_arcs(theta, inside):
     assert term(FLANK, theta, 6.0) == pytest.approx(0.0075 if inside else 0.0, abs=1e-9)

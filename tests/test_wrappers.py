@@ -93,7 +93,9 @@ def test_an_ippo_style_loop_runs_with_only_the_constructor_changed():
             k_act, k_step = jax.random.split(key)
             logits = batchify(obs) @ w
             action = jax.random.categorical(k_act, logits)
-            obs, state, reward, done, info = jax.vmap(env.step)(jax.random.split(k_step, num_envs), state, unbatchify(action))
+            obs, state, reward, done, info = jax.vmap(env.step)(
+                jax.random.split(k_step, num_envs), state, unbatchify(action)
+            )
             info = jax.tree.map(lambda x: x.reshape((num_actors)), info)  # exactly what IPPO does
             return (obs, state), (batchify(reward).squeeze(-1), batchify(done).squeeze(-1), info)
 
