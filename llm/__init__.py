@@ -1,0 +1,44 @@
+"""jaxarena.llm: the LLM that picks the squad's strategy tag every 5 s (paper, Table 10).
+
+- `prompt`: the Table 10 prompt (`build_prompt`) and reply parser (`parse_tag`).
+- `backends`: `ollama.OllamaBackend` (a real Ollama server) and
+  `embedded.EmbeddedBackend` (the default: a small model run by our own JAX code).
+- `selector.TagSelector`: batched, deduplicated, cached tag selection with a
+  decision log, called from jitted code through `io_callback`.
+- `rollout.rollout_with_llm` / `make_rollout`: batched evaluation episodes with
+  any tag source (LLM, fixed tag, schedule, learned selector).
+- `testserver`: a local Ollama stand-in with fault injection, for tests and benchmarks.
+
+Names are loaded on first use, so importing one part (say, the prompt) does
+not pull in the others' dependencies (ollama, httpx, the embedded model).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "Prompt": "types",
+    "Reply": "types",
+    "Backend": "types",
+    "SYSTEM": "prompt",
+    "TAG_NAMES": "prompt",
+    "build_prompt": "prompt",
+    "parse_tag": "prompt",
+    "TagSelector": "selector",
+    "SelectorStats": "selector",
+    "make_backend": "selector",
+    "rollout_with_llm": "rollout",
+    "make_rollout": "rollout",
+    "fixed_tags": "rollout",
+    "schedule_tags": "rollout",
+    "RolloutResult": "rollout",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -24,13 +24,13 @@ def _require_weights():
         pytest.skip(str(exc))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def reference() -> dict:
     """The llama.cpp reference made by tools/make_llm_reference.py."""
     return json.loads(FIXTURE.read_text())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _loaded():
     from jaxarena.llm.weights import load_model
 
@@ -43,10 +43,9 @@ def loaded():
     return _loaded()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _generator(dtype_name: str):
     import jax.numpy as jnp
-
     from jaxarena.llm.generate import SmolLM2Generator
 
     dtype = None if dtype_name == "bf16" else getattr(jnp, dtype_name)

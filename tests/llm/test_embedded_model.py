@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from embedded_common import generator, loaded, reference
 from jaxarena.llm.prompt import SYSTEM
 
@@ -125,7 +124,6 @@ def test_greedy_equals_argmax_of_first_logits():
 def test_sampler_respects_top_p_and_temperature():
     import jax
     import jax.numpy as jnp
-
     from jaxarena.llm.generate import sample_token
 
     logits = jnp.array([5.0, 4.9, 1.0, 0.0, -3.0])

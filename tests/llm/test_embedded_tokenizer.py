@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from embedded_common import loaded, reference
 from jaxarena.llm.prompt import SYSTEM
 from jaxarena.llm.tokenizer import ChatTokenizer, chatml, chatml_prefix, is_chatml_template

