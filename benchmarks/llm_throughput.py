@@ -11,6 +11,9 @@ Measures, printing one JSON line each:
               shared-prefix KV cache, read, 3 sampled tokens, decode);
   backend     unique decisions/s through `EmbeddedBackend.generate` (async
               API, chunks of the largest batch size), end to end;
+  selector    decisions/s through `TagSelector.select` (the batched selector the
+              rollout calls): a batch of distinct states with a cold prompt
+              cache, then the same states again with a warm one;
   replies     what the model said for the prompts of the largest batch
               (reply counts, and how many parse to a valid tag).
 
@@ -65,6 +68,41 @@ def _backend_rate(gen, batch: int, batches: int, seed: int) -> dict:
     dt = time.perf_counter() - t
     assert all(r.error is None for r in replies)
     return {"decisions_per_s": round(len(prompts) / dt, 2), "prompts": len(prompts)}
+
+
+def _selector_rates(gen, n: int, seed: int) -> dict:
+    """Decisions/s through TagSelector.select: cold prompt cache, then warm."""
+    from jaxarena.llm.backends.embedded import EmbeddedBackend
+    from jaxarena.llm.selector import TagSelector
+
+    rng = np.random.default_rng(seed)
+    features = np.stack(
+        [
+            rng.integers(1, 301, n),  # bot HP
+            rng.integers(1, 61, n),  # average NPC HP
+            rng.integers(1, 6, n),  # NPCs alive
+            rng.integers(0, 2, n),  # bot moving
+            np.round(rng.uniform(0.5, 40.0, n), 1),  # nearest distance
+        ],
+        axis=-1,
+    ).astype(np.float32)
+    prev, done = np.zeros(n, np.int32), np.zeros(n, bool)
+    backend = EmbeddedBackend(max_batch=32, generator=gen)
+    with TagSelector(backend, cache=True, keep_records=False) as selector:
+        t = time.perf_counter()
+        selector.select(features, prev, done, 5.0)
+        cold = time.perf_counter() - t
+        unique = selector.stats.as_dict().get("unique_prompts", n)
+        t = time.perf_counter()
+        for _ in range(10):
+            selector.select(features, prev, done, 10.0)
+        warm = (time.perf_counter() - t) / 10
+    return {
+        "decisions": n,
+        "unique_prompts": unique,
+        "cold_decisions_per_s": round(n / cold, 2),
+        "cached_decisions_per_s": round(n / warm, 1),
+    }
 
 
 def load_times(skip_cold: bool) -> dict:
@@ -133,6 +171,7 @@ def main() -> None:
         last = (prompts, gens)
         if B == max(args.batch_sizes):
             backend_rate = _backend_rate(gen, B, args.batches, seed=50_000)
+            selector_rate = _selector_rates(gen, 4 * B, seed=60_000)
         print(
             json.dumps(
                 {
@@ -158,6 +197,7 @@ def main() -> None:
 
     if last is not None:
         print(json.dumps({"bench": "llm_embedded_backend", "batch": max(args.batch_sizes), **backend_rate}), flush=True)
+        print(json.dumps({"bench": "llm_selector", "batch": max(args.batch_sizes), **selector_rate}), flush=True)
         _, gens = last
         texts = collections.Counter(g.text for g in gens)
         valid = sum(parse_tag(g.text, previous=0)[1] is None for g in gens)

@@ -25,7 +25,7 @@ _EXPORTS = {
     "main": "cli",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = ["ProtocolConfig", "ProtocolRunner", "evaluate", "main"]
 
 
 def __getattr__(name: str):

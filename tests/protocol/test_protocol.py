@@ -1,7 +1,6 @@
 """The protocol end to end on a small budget: outputs, report ↔ summary, resume after a kill, determinism.
 
-Real pieces throughout: the shipped A policy (used for both combinations so the
-test does not depend on B's checkpoint), the embedded LLM, the jitted rollout.
+Real pieces throughout: the shipped A and B policies, the embedded LLM, the jitted rollout.
 Episodes are shortened to 4 decision periods (20 s) to keep the LLM's work small.
 """
 
@@ -14,11 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from jaxarena.protocol import ProtocolConfig, evaluate
 from jaxarena.protocol.run import ProtocolRunner
 
-CONFIG = ProtocolConfig(episodes=4, seed=3, policy_a="A", policy_b="A", num_periods=4, n_boot=2000)
+CONFIG = ProtocolConfig(episodes=4, seed=3, policy_a="A", policy_b="B", num_periods=4, n_boot=2000)
 
 
 class SimulatedKill(Exception):
@@ -62,7 +60,7 @@ def test_resumed_run_equals_uninterrupted_run(runs):
 
     def decisions(run):
         rows = [json.loads(l) for l in (out / run / "decisions.jsonl").read_text().splitlines()]
-        return [{k: r[k] for k in ("combination", "bot", "episode", "time_s", "state", "reply", "tag", "fallback")}
+        return [{k: r[k] for k in ("combination", "bot", "call", "episode", "time_s", "state", "reply", "tag", "fallback")}
                 for r in rows]
 
     d1, d2 = decisions("r1"), decisions("r2")
@@ -80,6 +78,7 @@ def test_outputs_are_complete_and_consistent(runs):
     assert len(decisions) == s["tags"]["overall"]["total"] == sum(int(r["decisions"]) for r in rows)
     assert s["policies"]["A"]["sha256"].startswith("sha256:") and len(s["policies"]["A"]["sha256"]) == 71
     assert s["llm"]["backend"] == "embedded"
+    assert s["tags"]["replied"]["total"] == s["tags"]["overall"]["total"] - s["fallbacks"]["overall"]["total"]
     for fig in ("fig5_durations_A.png", "fig6_durations_B.png", "fig7_outcomes.png", "fig8_a_vs_b.png", "fig9_tags.png"):
         assert (run_dir / fig).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # Paired design: A and B episodes of a bot share their keys.
@@ -96,16 +95,18 @@ def test_outputs_are_complete_and_consistent(runs):
 
 
 def _tables(markdown: str) -> dict[str, list[list[str]]]:
-    """Markdown tables by the heading line above them: rows of cell strings (header and rule dropped)."""
-    tables, title, rows = {}, None, None
+    """The first markdown table under each "### " heading: rows of cell strings (header and rule dropped)."""
+    tables, title, rows, closed = {}, None, None, False
     for line in markdown.splitlines():
         if line.startswith("### "):
-            title, rows = line[4:], []
+            title, rows, closed = line[4:], [], False
             tables[title] = rows
-        elif line.startswith("|") and title is not None:
+        elif line.startswith("|") and title is not None and not closed:
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
             if not set("".join(cells)) <= set("-: "):
                 rows.append(cells)
+        elif rows:
+            closed = True  # the first table under this heading has ended
     return {k: v[1:] for k, v in tables.items()}  # drop header rows
 
 
@@ -149,3 +150,42 @@ def test_stored_cells_of_another_configuration_are_refused(runs):
     runner = ProtocolRunner(other, runs["out"] / "r1", progress=False)
     with pytest.raises(RuntimeError, match="different configuration"):
         runner.run()
+
+
+def test_cli_runs_combination_a_alone_and_is_deterministic(tmp_path, capsys):
+    from jaxarena.protocol.cli import main
+
+    args = ["--episodes", "3", "--combinations", "A", "--seed", "5", "--out", str(tmp_path), "--no-progress"]
+    assert main(args + ["--run-id", "one"]) == 0
+    assert "A balanced" in capsys.readouterr().out
+    assert main(args + ["--run-id", "two", "--no-figures"]) == 0
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert (one / "episodes.csv").read_bytes() == (two / "episodes.csv").read_bytes()
+    report = (one / "report.md").read_text()
+    assert "Table 6." in report and "Table 7." not in report and "Table 8." not in report
+    assert (one / "decisions.jsonl").read_text() == ""
+    assert not (two / "fig5_durations_A.png").exists() and (one / "fig5_durations_A.png").exists()
+
+
+def test_ollama_backend_path_with_faults(tmp_path):
+    """`--llm ollama --model mistral` end to end against the local Ollama stand-in (real HTTP).
+
+    Its hash-digit responder answers 0-3, so B's tags really vary; injected garbage
+    replies and HTTP 500s must show up as fallbacks, counted by cause, not as crashes.
+    """
+    from jaxarena.llm.testserver import ServerProcess
+
+    with ServerProcess(responder="hash-digit", models=["mistral:latest"], ready_timeout_s=60,
+                       p_garbage=0.15, p_http_500=0.1, seed=1) as server:
+        config = ProtocolConfig(episodes=6, seed=2, bots=("balanced",), policy_a="A", policy_b="A",
+                                llm="ollama", model="mistral", host=server.url, num_periods=4, n_boot=500)
+        s = evaluate(config, tmp_path, progress=False, figures=False, cache_path=None)
+    assert s["llm"]["backend"] == "ollama" and s["llm"]["model"] == "mistral"
+    assert s["llm"]["options"]["num_predict"] == 3 and s["llm"]["options"]["temperature"] == 0.1
+    rows = [json.loads(line) for line in (Path(s["run_dir"]) / "decisions.jsonl").read_text().splitlines()]
+    assert rows and {r["backend"] for r in rows} == {"ollama"}
+    fb = s["fallbacks"]["overall"]
+    assert fb["non_numeric"] > 0 and fb["error"] > 0
+    assert fb["total"] == sum(1 for r in rows if r["fallback"])
+    assert sum(1 for c in s["tags"]["replied"]["counts"] if c > 0) >= 3  # the tags really vary
+    assert "ollama-mistral-n6-seed2-" in s["run_dir"]

@@ -6,9 +6,8 @@ import math
 
 import numpy as np
 import pytest
-from scipy import stats as sps
-
 from jaxarena.protocol import stats
+from scipy import stats as sps
 
 
 def test_describe_matches_numpy_and_counts_outcomes():

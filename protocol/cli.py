@@ -1,0 +1,154 @@
+"""`jaxarena-evaluate` / `scripts/evaluate.py`: the paper's 600-episode protocol in one command.
+
+    jaxarena-evaluate                                   # shipped policies + embedded LLM, 100 episodes/cell
+    jaxarena-evaluate --episodes 1000 --seed 1
+    jaxarena-evaluate --llm ollama --model mistral      # the paper's set-up (needs `ollama serve`)
+    jaxarena-evaluate --policy-a runs/a --policy-b runs/b
+
+Outputs go to `results/<run-id>/` (see `protocol.report`). The default run id
+is derived from the configuration, so running the same command again resumes
+a killed run (finished cells are loaded, never recomputed); `--fresh`
+discards stored cells first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import hashlib
+import json
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from .run import BOTS, COMBINATIONS, ProtocolConfig, ProtocolRunner
+
+
+def default_run_id(config: ProtocolConfig) -> str:
+    """A readable id plus a hash of the whole config: the same command maps to the same directory."""
+    digest = hashlib.sha256(json.dumps(config.as_dict(), sort_keys=True).encode()).hexdigest()[:8]
+    llm = config.llm if config.llm == "embedded" else f"{config.llm}-{(config.model or 'mistral').replace(':', '_').replace('/', '_')}"
+    return f"{llm}-n{config.episodes}-seed{config.seed}-{digest}"
+
+
+def evaluate(
+    config: ProtocolConfig | None = None,
+    out: str | Path = "results",
+    run_id: str | None = None,
+    *,
+    fresh: bool = False,
+    cache_path: str | Path | None | bool = True,
+    progress: bool = True,
+    figures: bool = True,
+    after_cell: Callable[[str, dict], None] | None = None,
+) -> dict:
+    """Runs (or resumes) the protocol and writes every output; returns the summary dict.
+
+    cache_path: True (default) uses `<out>/llm_cache.jsonl`, shared by all runs
+    under `out`, so a re-run is warm; a path uses that file; None/False disables it.
+    """
+    start = time.perf_counter()
+    config = config or ProtocolConfig()
+    run_id = run_id or default_run_id(config)
+    run_dir = Path(out) / run_id
+    if fresh and run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if cache_path is True:
+        cache_path = Path(out) / "llm_cache.jsonl"
+    elif cache_path is False:
+        cache_path = None
+
+    from .report import write_outputs
+
+    runner = ProtocolRunner(config, run_dir, cache_path=cache_path, progress=progress, after_cell=after_cell)
+    try:
+        cells = runner.run()
+        policies = {}
+        for comb in config.combinations:
+            _, _, checksum, source = runner.policy(comb)
+            policies[comb] = {"spec": config.policy_for(comb), "source": source, "sha256": checksum}
+        llm = runner.llm_identity() if "B" in config.combinations else None
+    finally:
+        runner.close()
+    meta = {
+        "run_id": run_id,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "policies": policies,
+        "llm": llm,
+        "session": {
+            **runner.session,
+            "computed_cells": runner.computed,
+            "loaded_cells": [n for n in cells if n not in runner.computed],
+            "session_wall_s": time.perf_counter() - start,
+        },
+    }
+    summary = write_outputs(run_dir, cells, config, meta, figures=figures)
+    summary["run_dir"] = str(run_dir)
+    return summary
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="jaxarena-evaluate",
+        description="Run the paper's evaluation protocol (Combinations A and B x 3 bots) and write "
+                    "episodes.csv, decisions.jsonl, summary.json, report.md and figures.",
+    )
+    p.add_argument("--episodes", type=int, default=100, help="episodes per (combination, bot) cell (default 100)")
+    p.add_argument("--seed", type=int, default=0, help="base seed; A and B share it (paired design)")
+    p.add_argument("--bots", default=",".join(BOTS), help="comma-separated bot types (default: all three)")
+    p.add_argument("--combinations", default=",".join(COMBINATIONS), help="comma-separated: A,B (default both)")
+    p.add_argument("--policy-a", default="A", help="Combination A policy: run dir, exported policy, or 'A' (shipped)")
+    p.add_argument("--policy-b", default="B", help="Combination B policy: run dir, exported policy, or 'B' (shipped)")
+    p.add_argument("--greedy", action="store_true", help="take the most likely action instead of sampling")
+    p.add_argument("--llm", choices=("embedded", "ollama"), default="embedded",
+                   help="tag selector backend for B (default: embedded SmolLM2-135M, no server)")
+    p.add_argument("--model", default=None, help="Ollama model (default mistral)")
+    p.add_argument("--host", default=None, help="Ollama host (default $OLLAMA_HOST or localhost:11434)")
+    p.add_argument("--latency-steps", type=int, default=0, help="ticks before a chosen tag takes effect (default 0)")
+    p.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples for win-rate CIs")
+    p.add_argument("--out", default="results", help="output root (default results/)")
+    p.add_argument("--run-id", default=None, help="results/<run-id>; default derived from the configuration")
+    p.add_argument("--fresh", action="store_true", help="discard stored cells of this run id first")
+    p.add_argument("--cache", default=None, help="LLM prompt cache file (default <out>/llm_cache.jsonl)")
+    p.add_argument("--no-cache", action="store_true", help="no prompt cache: every prompt goes to the LLM")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> ProtocolConfig:
+    def split(s: str) -> tuple[str, ...]:
+        return tuple(x.strip() for x in s.split(",") if x.strip())
+
+    return ProtocolConfig(
+        episodes=args.episodes, seed=args.seed, bots=split(args.bots), combinations=tuple(c.upper() for c in split(args.combinations)),
+        policy_a=args.policy_a, policy_b=args.policy_b, greedy=args.greedy, llm=args.llm, model=args.model,
+        host=args.host, latency_steps=args.latency_steps, n_boot=args.n_boot,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    config = config_from_args(args)
+    cache = False if args.no_cache else (args.cache if args.cache else True)
+    summary = evaluate(config, args.out, args.run_id, fresh=args.fresh, cache_path=cache,
+                       progress=not args.no_progress, figures=not args.no_figures)
+    run_dir = Path(summary["run_dir"])
+    tm = summary["timings"]
+    print(f"\nresults: {run_dir}/report.md")
+    for comb, per_bot in summary["descriptive"].items():
+        for bot, r in per_bot.items():
+            print(f"  {comb} {bot:<10} mean {r['mean_s']:6.2f} s  median {r['median_s']:6.2f} s  "
+                  f"NPC win {r['npc_win_pct']:5.1f}%  bot win {r['bot_win_pct']:5.1f}%  timeout {r['timeout_pct']:5.1f}%")
+    for bot, m in summary["mann_whitney"].items():
+        print(f"  A vs B {bot:<10} U {m['U']:.1f}  p {m['p']:.4g}{m['stars']}  r {m['r']:+.3f}  {m['direction']}")
+    print(f"  time: session {tm['session_wall_s']:.1f} s; cells: compile {tm['cells_compile_s']:.1f} s, "
+          f"simulation {tm['cells_simulation_s']:.1f} s, LLM {tm['cells_llm_s']:.1f} s "
+          f"(computed {len(tm['computed_cells'])}, resumed {len(tm['loaded_cells'])})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

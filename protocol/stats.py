@@ -1,0 +1,154 @@
+"""Statistics of the protocol (paper, Tables 6-9): descriptive stats, Mann-Whitney U, bootstrap CIs.
+
+Pure numpy/scipy on plain arrays: nothing here imports JAX or the arena, so the
+numbers can be recomputed from `episodes.csv` alone. It lives in
+`jaxarena.protocol` (not in the environment package) because the dependency
+direction is env <- algorithms <- llm/protocol: statistics are part of the
+evaluation protocol, not of the environment.
+
+Conventions (fixed here, written into every report):
+
+- *Time-to-defeat* is the episode's length in game seconds, for every episode,
+  whatever its outcome; a timeout counts as 120 s. This is how the paper's
+  medians of 120.00 s for the balanced bot arise (60 % timeouts).
+- Std is the sample standard deviation (ddof = 1).
+- Outcome codes follow `info["outcome"]`: 1 NPC win, 2 bot win, 3 timeout.
+- Mann-Whitney U is computed as `scipy.stats.mannwhitneyu(a, b)` with `a` the
+  Combination A durations, so U is A's statistic (the paper's Table 8: U > n1·n2/2
+  means A's episodes tend to be longer, i.e. "B shorter").
+- Effect sizes are signed so that **r < 0 means B shorter**, as in the paper:
+  `r = Z/√N` with Z the tie-corrected normal score of B's U (U_B = n1·n2 − U_A),
+  no continuity correction, N = n1 + n2; and the rank-biserial correlation
+  `r_rb = 1 − 2·U_A/(n1·n2)`. The paper's r column equals r_rb exactly
+  (e.g. 1 − 2·6430.5/10000 = −0.286), so both are reported.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import stats as sps
+
+OUTCOME_NAMES: dict[int, str] = {0: "running", 1: "npc_win", 2: "bot_win", 3: "timeout"}
+#: Outcomes as the paper's tables order them.
+OUTCOMES: tuple[tuple[int, str], ...] = ((1, "npc_win"), (2, "bot_win"), (3, "timeout"))
+
+
+def describe(durations: Sequence[float], outcomes: Sequence[int]) -> dict:
+    """Tables 6/7 row: n, mean/median/std of time-to-defeat (s) and outcome percentages."""
+    d = np.asarray(durations, dtype=np.float64)
+    o = np.asarray(outcomes, dtype=np.int64)
+    if d.shape != o.shape or d.ndim != 1:
+        raise ValueError(f"durations {d.shape} and outcomes {o.shape} must be equal 1-d shapes")
+    n = int(d.size)
+    out: dict = {
+        "n": n,
+        "mean_s": float(d.mean()) if n else math.nan,
+        "median_s": float(np.median(d)) if n else math.nan,
+        "std_s": float(d.std(ddof=1)) if n > 1 else math.nan,
+    }
+    for code, name in OUTCOMES:
+        out[f"{name}_pct"] = 100.0 * float(np.mean(o == code)) if n else math.nan
+    out["unfinished"] = int(np.sum(o == 0))
+    return out
+
+
+def significance_stars(p: float) -> str:
+    """'***' p < 0.001, '**' p < 0.01, '*' p < 0.05, else 'ns' (the paper's Table 8 marks)."""
+    if not np.isfinite(p):
+        return ""
+    if p < 0.001:
+        return "***"
+    if p < 0.01:
+        return "**"
+    if p < 0.05:
+        return "*"
+    return "ns"
+
+
+def mann_whitney(a: Sequence[float], b: Sequence[float], alpha: float = 0.05) -> dict:
+    """Two-sided Mann-Whitney U test of A vs B durations, with signed effect sizes.
+
+    Returns U (A's statistic, as scipy reports it for `mannwhitneyu(a, b)`),
+    p (scipy's, method "auto"), z (tie-corrected normal score of U_B, no
+    continuity correction), r = z/√N, rank-biserial r_rb, the direction
+    ("B shorter", "B longer" or "no difference"), the stars and whether
+    p < alpha. See the module docstring for the sign convention.
+    """
+    x = np.asarray(a, dtype=np.float64)
+    y = np.asarray(b, dtype=np.float64)
+    n1, n2 = x.size, y.size
+    if n1 == 0 or n2 == 0:
+        raise ValueError("both samples need at least one value")
+    res = sps.mannwhitneyu(x, y, alternative="two-sided")
+    u_a = float(res.statistic)
+    u_b = n1 * n2 - u_a
+    n = n1 + n2
+    # Tie-corrected standard deviation of U under H0 (the same one scipy's
+    # asymptotic method uses); Z is computed without continuity correction so
+    # that r is a plain, symmetric effect size.
+    ranks = sps.rankdata(np.concatenate([x, y]))
+    _, counts = np.unique(ranks, return_counts=True)
+    tie_term = float(np.sum(counts**3 - counts)) / (n * (n - 1)) if n > 1 else 0.0
+    sigma = math.sqrt(n1 * n2 / 12.0 * ((n + 1) - tie_term))
+    z = (u_b - n1 * n2 / 2.0) / sigma if sigma > 0 else 0.0
+    r = z / math.sqrt(n)
+    r_rb = 1.0 - 2.0 * u_a / (n1 * n2)
+    direction = "B shorter" if u_a > u_b else "B longer" if u_a < u_b else "no difference"
+    p = float(res.pvalue)
+    return {
+        "n1": int(n1),
+        "n2": int(n2),
+        "U": u_a,
+        "p": p,
+        "z": float(z),
+        "r": float(r),
+        "r_rb": float(r_rb),
+        "direction": direction,
+        "stars": significance_stars(p),
+        "significant": bool(p < alpha),
+        "alpha": alpha,
+    }
+
+
+def bootstrap_rate_ci(
+    outcomes: Sequence[int], code: int, *, n_boot: int = 10_000, level: float = 0.95, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile bootstrap CI (in %) of the share of episodes with outcome `code`.
+
+    Resampling n episodes with replacement and counting `code` draws a
+    Binomial(n, p̂) count, so the resamples are drawn that way directly: the
+    same distribution as index resampling, in O(n_boot) instead of O(n·n_boot).
+    Seeded, so a report is reproducible.
+    """
+    o = np.asarray(outcomes)
+    n = o.size
+    if n == 0:
+        return (math.nan, math.nan)
+    p_hat = float(np.mean(o == code))
+    rng = np.random.default_rng(seed)
+    rates = rng.binomial(n, p_hat, size=n_boot) / n
+    lo, hi = np.quantile(rates, [(1 - level) / 2, 1 - (1 - level) / 2])
+    return (100.0 * float(lo), 100.0 * float(hi))
+
+
+def outcome_cis(outcomes: Sequence[int], *, n_boot: int = 10_000, level: float = 0.95, seed: int = 0) -> dict:
+    """Bootstrap CIs for every outcome: {"npc_win": (lo, hi), ...} in %."""
+    return {
+        name: bootstrap_rate_ci(outcomes, code, n_boot=n_boot, level=level, seed=seed + code)
+        for code, name in OUTCOMES
+    }
+
+
+def tag_frequency(tags: Sequence[int], num_tags: int = 4) -> dict:
+    """Table 9: count and % of decisions per tag."""
+    t = np.asarray(tags, dtype=np.int64)
+    counts = np.bincount(t, minlength=num_tags)[:num_tags] if t.size else np.zeros(num_tags, np.int64)
+    total = int(counts.sum())
+    return {
+        "total": total,
+        "counts": [int(c) for c in counts],
+        "pct": [100.0 * float(c) / total if total else math.nan for c in counts],
+    }
