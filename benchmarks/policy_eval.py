@@ -19,12 +19,17 @@ import time
 
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_experimental_ynn_fusion_type=").strip()
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
+import numpy as np
+from jaxarena.algorithms.checkpoint import load_policy
+from jaxarena.algorithms.evaluation import (
+    chase_and_orb_policy,
+    focus_fire_policy,
+    outcome_summary,
+    random_policy,
+    run_episodes,
+)
 
-from jaxarena.algorithms.checkpoint import load_policy  # noqa: E402
-from jaxarena.algorithms.evaluation import chase_and_orb_policy, focus_fire_policy, outcome_summary, random_policy, run_episodes  # noqa: E402
-from jaxarena.types import BOT_TYPES, TAGS  # noqa: E402
+from jaxarena.types import BOT_TYPES, TAGS
 
 
 def fmt(s):
@@ -48,8 +53,14 @@ def main():
             t = time.time()
             res = run_episodes(act, bot, n=args.episodes, seed=args.seed, **kw)
             summ = outcome_summary(res["outcome"])
-            row = dict(policy=label, bot=bot, n=args.episodes, seconds=round(time.time() - t, 1),
-                       mean_time_s=float(np.mean(res["episode_time"])), **{k: v for k, v in summ.items() if k != "n"})
+            row = dict(
+                policy=label,
+                bot=bot,
+                n=args.episodes,
+                seconds=round(time.time() - t, 1),
+                mean_time_s=float(np.mean(res["episode_time"])),
+                **{k: v for k, v in summ.items() if k != "n"},
+            )
             print(json.dumps(row), flush=True)
             table.append(row)
 
@@ -65,29 +76,38 @@ def main():
         print("\n| policy | bot | NPC win [95% CI] | bot win [95% CI] | timeout [95% CI] | mean length (s) |")
         print("|---|---|---|---|---|---|")
         for r in table:
-            print(f"| {r['policy']} | {r['bot']} | {fmt(r['npc_win'])} | {fmt(r['bot_win'])} | {fmt(r['timeout'])} | {r['mean_time_s']:.1f} |")
+            print(
+                f"| {r['policy']} | {r['bot']} | {fmt(r['npc_win'])} | {fmt(r['bot_win'])} | {fmt(r['timeout'])} | {r['mean_time_s']:.1f} |"
+            )
 
     if args.tag_response:
         rows = []
         for mode in args.modes:
             policy, params = load_policy(args.tag_response, greedy=(mode == "greedy"))
-            act = lambda obs, key, policy=policy, params=params: policy(params, obs, key)  # noqa: E731
+            act = lambda obs, key, policy=policy, params=params: policy(params, obs, key)
             for bot in BOT_TYPES:
                 for tag in range(4):
                     res = run_episodes(act, bot, n=args.episodes, seed=args.seed, tag=tag, shaping_weight=1.0)
-                    row = dict(policy=f"{args.tag_response} ({mode})", bot=bot, tag=tag, tag_name=TAGS[tag],
-                               mean_distance=float(np.mean(res["mean_distance"])),
-                               lateral_share=float(np.mean(res["lateral_share"])),
-                               npc_win=float(np.mean(res["outcome"] == 1)),
-                               mean_time_s=float(np.mean(res["episode_time"])))
+                    row = {
+                        "policy": f"{args.tag_response} ({mode})",
+                        "bot": bot,
+                        "tag": tag,
+                        "tag_name": TAGS[tag],
+                        "mean_distance": float(np.mean(res["mean_distance"])),
+                        "lateral_share": float(np.mean(res["lateral_share"])),
+                        "npc_win": float(np.mean(res["outcome"] == 1)),
+                        "mean_time_s": float(np.mean(res["episode_time"])),
+                    }
                     print(json.dumps(row), flush=True)
                     rows.append(row)
         if args.markdown:
             print("\n| policy | bot | tag | mean NPC-bot distance (u) | lateral share | NPC win | mean length (s) |")
             print("|---|---|---|---|---|---|---|")
             for r in rows:
-                print(f"| {r['policy']} | {r['bot']} | {r['tag']} {r['tag_name']} | {r['mean_distance']:.2f} | "
-                      f"{r['lateral_share']:.3f} | {r['npc_win']:.2f} | {r['mean_time_s']:.1f} |")
+                print(
+                    f"| {r['policy']} | {r['bot']} | {r['tag']} {r['tag_name']} | {r['mean_distance']:.2f} | "
+                    f"{r['lateral_share']:.3f} | {r['npc_win']:.2f} | {r['mean_time_s']:.1f} |"
+                )
 
 
 if __name__ == "__main__":

@@ -54,20 +54,22 @@ def main():
 
     import jax
     import jax.numpy as jnp
+    from jaxarena.algorithms import ActorCritic, PPOConfig, make_trainer
 
     import jaxarena
-    from jaxarena.algorithms import ActorCritic, PPOConfig, make_trainer
 
     cfg = PPOConfig(combination=args.combination)
     cfg = cfg.replace(**{k: v for k, v in (("num_envs", args.num_envs), ("num_steps", args.num_steps)) if v})
     n_envs, n_steps = cfg.num_envs, cfg.num_steps
-    common = dict(
-        config={k: cfg.to_dict()[k] for k in ("num_envs", "num_steps", "update_epochs", "num_minibatches", "hidden")},
-        ynn_fusions=args.ynn,
-        devices=f"{jax.device_count()}x{jax.devices()[0].platform}",
-        cpus=os.cpu_count(),
-        machine=platform.machine(),
-    )
+    common = {
+        "config": {
+            k: cfg.to_dict()[k] for k in ("num_envs", "num_steps", "update_epochs", "num_minibatches", "hidden")
+        },
+        "ynn_fusions": args.ynn,
+        "devices": f"{jax.device_count()}x{jax.devices()[0].platform}",
+        "cpus": os.cpu_count(),
+        "machine": platform.machine(),
+    }
 
     def timed(fn, *a):
         t = time.perf_counter()
@@ -82,10 +84,20 @@ def main():
         return compile_s, best
 
     def report(name, compile_s, seconds, env_steps):
-        print(json.dumps(dict(
-            measure=name, env_steps_per_s=round(env_steps / seconds), agent_steps_per_s=round(5 * env_steps / seconds),
-            seconds=round(seconds, 4), env_steps=env_steps, compile_s=round(compile_s, 2), **common,
-        )), flush=True)
+        print(
+            json.dumps(
+                dict(
+                    measure=name,
+                    env_steps_per_s=round(env_steps / seconds),
+                    agent_steps_per_s=round(5 * env_steps / seconds),
+                    seconds=round(seconds, 4),
+                    env_steps=env_steps,
+                    compile_s=round(compile_s, 2),
+                    **common,
+                )
+            ),
+            flush=True,
+        )
 
     env, params = jaxarena.make("Arena-v0")
     bot_types = jnp.arange(n_envs) % 3
@@ -102,7 +114,7 @@ def main():
             state, key, acc = c
             key, k_act, k_step = jax.random.split(key, 3)
             a = jax.random.randint(k_act, (n_envs, 5), 0, 6)
-            obs, state, r, d, info = v_step(jax.random.split(k_step, n_envs), state, a, bot_types)
+            obs, state, r, _d, info = v_step(jax.random.split(k_step, n_envs), state, a, bot_types)
             return (state, key, acc + jnp.sum(obs[..., ::7]) + jnp.sum(r) + jnp.sum(info["final_obs"][..., 2])), None
 
         return jax.lax.scan(body, (state, key, 0.0), None, n_steps)[0][2]
@@ -115,7 +127,7 @@ def main():
             pi, v = net.apply(p, obs)
             a = pi.sample(seed=k_act)
             lp = pi.log_prob(a)
-            obs, state, r, d, info = v_step(jax.random.split(k_step, n_envs), state, a, bot_types)
+            obs, state, r, _d, info = v_step(jax.random.split(k_step, n_envs), state, a, bot_types)
             nv = net.apply(p, info["final_obs"], method=ActorCritic.value)
             return (obs, state, key, acc + jnp.sum(v) + jnp.sum(lp) + jnp.sum(nv) + jnp.sum(r)), None
 

@@ -7,7 +7,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from jaxarena.algorithms.ppo import calculate_gae, masked_mean
 
 GAMMA, LAM = 0.9, 0.8
@@ -105,9 +104,9 @@ def test_masked_mean_ignores_dead_npcs():
 
 def test_loss_ignores_masked_transitions():
     """The PPO loss and its gradient are unchanged by garbage in dead NPCs' samples."""
-    from jaxarena.algorithms.ppo import Transition, ppo_loss
-    from jaxarena.algorithms.networks import ActorCritic
     from jaxarena.algorithms.config import PPOConfig
+    from jaxarena.algorithms.networks import ActorCritic
+    from jaxarena.algorithms.ppo import Transition, ppo_loss
 
     cfg = PPOConfig(hidden=8)
     net = ActorCritic(hidden=8)
@@ -144,3 +143,23 @@ def test_loss_ignores_masked_transitions():
     g3 = grad_fn(params, batch2._replace(mask=jnp.ones(B, bool)), adv, tgt)
     diff = jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), g1, g3)
     assert max(jax.tree.leaves(diff)) > 1e-4
+
+
+def test_tag_one_hot_features_and_config_round_trip():
+    from jaxarena.algorithms.config import PPOConfig
+    from jaxarena.algorithms.networks import ActorCritic
+
+    cfg = PPOConfig.from_dict(json_round_trip(PPOConfig(tag_one_hot=True, hidden=8).to_dict()))
+    assert cfg.tag_one_hot and cfg.network_kwargs() == {"hidden": 8, "activation": "tanh", "tag_one_hot": True}
+    net = ActorCritic(**cfg.network_kwargs())
+    obs = jnp.zeros((4, 23)).at[:, 22].set(jnp.arange(4) / 3.0)
+    feats = net.apply({}, obs, method="_features")
+    np.testing.assert_array_equal(np.asarray(feats[:, 23:]), np.eye(4))
+    params = net.init(jax.random.PRNGKey(0), obs)
+    assert params["params"]["actor_layers_0"]["kernel"].shape == (27, 8)
+
+
+def json_round_trip(d):
+    import json
+
+    return json.loads(json.dumps(d))

@@ -6,12 +6,23 @@ import json
 
 import numpy as np
 import pytest
-
 from jaxarena.algorithms.checkpoint import has_checkpoint, load_policy, read_config
 from jaxarena.algorithms.train_loop import main
 
-TINY = ["--num-envs", "6", "--num-steps", "8", "--hidden", "8", "--chunk", "2", "--no-progress",
-        "--set", "update_epochs=1", "num_minibatches=2"]
+TINY = [
+    "--num-envs",
+    "6",
+    "--num-steps",
+    "8",
+    "--hidden",
+    "8",
+    "--chunk",
+    "2",
+    "--no-progress",
+    "--set",
+    "update_epochs=1",
+    "num_minibatches=2",
+]
 
 
 @pytest.mark.slow

@@ -1,0 +1,172 @@
+"""Checkpoints with orbax: the full runner state for resuming, params for using a policy.
+
+Layout of a run directory (what `scripts/train.py --out DIR` writes)::
+
+    DIR/config.json                 the PPOConfig (so a checkpoint needs only its path)
+    DIR/checkpoints/<update>/state  full RunnerState: params, optimiser, envs, rng, update
+    DIR/checkpoints/<update>/params the policy parameters alone
+
+orbax writes each step into a temporary directory and renames it when
+complete, so a kill mid-save leaves the previous checkpoint intact.
+An exported policy (`export_policy`) has the same layout with only `params`.
+
+    policy, params = load_policy("runs/a")          # or the packaged "pretrained/A"
+    actions = jax.jit(policy)(params, obs, key)     # obs (5, 23) or (..., 23)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import orbax.checkpoint as ocp
+
+import jaxarena
+
+from .config import PPOConfig
+from .networks import ActorCritic
+
+CONFIG_FILE = "config.json"
+CHECKPOINT_DIR = "checkpoints"
+PRETRAINED_DIR = Path(__file__).resolve().parent / "pretrained"
+
+
+def write_config(run_dir: str | Path, config: PPOConfig) -> Path:
+    """Write `config.json` atomically (temp file + rename)."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / CONFIG_FILE
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(config.to_json())
+    tmp.replace(path)
+    return path
+
+
+def read_config(run_dir: str | Path) -> PPOConfig:
+    return PPOConfig.from_dict(json.loads((Path(run_dir) / CONFIG_FILE).read_text()))
+
+
+def _manager(run_dir: str | Path, max_to_keep: int | None = 2) -> ocp.CheckpointManager:
+    directory = (Path(run_dir) / CHECKPOINT_DIR).resolve()
+    options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True)
+    return ocp.CheckpointManager(directory, options=options)
+
+
+class Checkpointer:
+    """Save and restore a run's `RunnerState` under `run_dir/checkpoints`.
+
+    Saves are synchronous (`save` returns when the step is on disk), so the
+    training loop can promise that a finished chunk survives a kill.
+    """
+
+    def __init__(self, run_dir: str | Path, config: PPOConfig, max_to_keep: int | None = 2):
+        self.run_dir = Path(run_dir)
+        self.config = config
+        write_config(self.run_dir, config)
+        self._mngr = _manager(self.run_dir, max_to_keep)
+
+    def latest_step(self) -> int | None:
+        return self._mngr.latest_step()
+
+    def save(self, runner_state) -> int:
+        """Save `runner_state` under its update count; returns that step."""
+        step = int(runner_state.update)
+        self._mngr.save(
+            step,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardSave(runner_state),
+                params=ocp.args.StandardSave(runner_state.train_state.params),
+            ),
+            force=True,
+        )
+        self._mngr.wait_until_finished()
+        return step
+
+    def restore(self, template, step: int | None = None):
+        """Restore a RunnerState shaped (and sharded) like `template` (latest step by default)."""
+        step = self._mngr.latest_step() if step is None else step
+        if step is None:
+            raise FileNotFoundError(f"no checkpoint under {self.run_dir / CHECKPOINT_DIR}")
+        restored = self._mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(template)))
+        return restored["state"]
+
+    def close(self):
+        self._mngr.close()
+
+
+def has_checkpoint(run_dir: str | Path) -> bool:
+    """True if `run_dir` holds a config and at least one finished checkpoint."""
+    ckpt = Path(run_dir) / CHECKPOINT_DIR
+    if not (Path(run_dir) / CONFIG_FILE).exists() or not ckpt.is_dir():
+        return False
+    return any(p.is_dir() and p.name.isdigit() for p in ckpt.iterdir())
+
+
+def export_policy(run_dir: str | Path, params, config: PPOConfig, step: int = 0) -> Path:
+    """Write a policy-only checkpoint (config.json + params), e.g. for shipping."""
+    write_config(run_dir, config)
+    mngr = _manager(run_dir, max_to_keep=1)
+    mngr.save(step, args=ocp.args.Composite(params=ocp.args.StandardSave(params)), force=True)
+    mngr.wait_until_finished()
+    mngr.close()
+    return Path(run_dir)
+
+
+def resolve_path(path: str | Path) -> Path:
+    """A run directory, or a packaged name: "A"/"B" (or "pretrained/A") -> the shipped policy."""
+    p = Path(path)
+    if (p / CONFIG_FILE).exists():
+        return p
+    name = p.name if p.parent.name == "pretrained" or str(p.parent) == "." else None
+    if name and (PRETRAINED_DIR / name / CONFIG_FILE).exists():
+        return PRETRAINED_DIR / name
+    raise FileNotFoundError(f"{path}: no {CONFIG_FILE} there, and not a packaged policy ({PRETRAINED_DIR})")
+
+
+def load_params(path: str | Path, step: int | None = None):
+    """(config, params) from a run directory or exported policy."""
+    run_dir = resolve_path(path)
+    config = read_config(run_dir)
+    network = ActorCritic(**config.network_kwargs())
+    template = network.init(jax.random.PRNGKey(0), jnp.zeros((1, jaxarena.OBS_SIZE), jnp.float32))
+    mngr = _manager(run_dir, max_to_keep=None)
+    step = mngr.latest_step() if step is None else step
+    if step is None:
+        raise FileNotFoundError(f"no checkpoint under {run_dir / CHECKPOINT_DIR}")
+    restored = mngr.restore(step, args=ocp.args.Composite(params=ocp.args.StandardRestore(template)))
+    mngr.close()
+    return config, restored["params"]
+
+
+def make_policy(config: PPOConfig, greedy: bool = False) -> Callable:
+    """`policy(params, obs, key=None) -> actions` for the network of `config`.
+
+    obs: (..., 23) float32, e.g. (5, 23) for one arena or (n, 5, 23); returns
+    int32 actions of shape obs.shape[:-1]. Jittable. With `greedy` the most
+    likely action is taken and `key` is ignored; otherwise `key` is required.
+    """
+    network = ActorCritic(**config.network_kwargs())
+
+    def policy(params, obs, key=None):
+        logits = network.apply(params, jnp.asarray(obs, jnp.float32), method=ActorCritic.logits)
+        if greedy:
+            return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+        if key is None:
+            raise ValueError("a sampling policy needs a PRNG key (or load it with greedy=True)")
+        return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
+
+    return policy
+
+
+def load_policy(path: str | Path, greedy: bool = False, step: int | None = None):
+    """Load a trained policy: `(policy, params)` with `policy(params, obs, key) -> actions`.
+
+    `path` is a run directory (`--out` of the training script), an exported
+    policy directory, or "A"/"B" for the packaged pretrained policies. The
+    latest checkpoint is used unless `step` is given. See `make_policy`.
+    """
+    config, params = load_params(path, step)
+    return make_policy(config, greedy), params

@@ -1,0 +1,118 @@
+"""The PPO configuration: one frozen, typed dataclass, serialisable to JSON."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from jaxarena.types import BOT_TYPES
+
+COMBINATIONS = ("A", "B")
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOConfig:
+    """Hyper-parameters of one PPO run (PureJaxRL names where they exist).
+
+    Batch layout: `num_envs` arenas step in lock-step for `num_steps` ticks per
+    update; each of the 5 NPCs is one sample of the shared policy, so an
+    update sees `num_envs * num_steps * 5` agent transitions (fewer after
+    masking dead NPCs).
+
+    Bots: env slot i fights `bots[i % len(bots)]` for the whole run, so the
+    bots get equal shares of the batch (`num_envs` should be a multiple of
+    `len(bots)`). That is simpler than re-drawing per episode and gives the
+    same data distribution in expectation.
+
+    Combination "A": tag fixed at 0 and `shaping_weight` 0 (team reward
+    only). "B": the tag is redrawn uniformly from 0..3 every
+    `tag_period_ticks` ticks (5 s, incl. the first tick of each episode) and
+    the Table 5 shaping is on with weight `shaping_weight` (default 1).
+    """
+
+    combination: str = "A"
+    bots: tuple[str, ...] = BOT_TYPES
+    num_envs: int = 192
+    num_steps: int = 128
+    total_timesteps: int = 20_000_000  # env steps (arena ticks), not agent steps
+    update_epochs: int = 2
+    num_minibatches: int = 4
+    gamma: float = 0.995
+    gae_lambda: float = 0.95
+    clip_eps: float = 0.2
+    ent_coef: float = 0.01
+    ent_coef_end: float | None = None  # None: constant; else linear anneal ent_coef -> this over the run
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    lr: float = 3e-4
+    anneal_lr: bool = True
+    hidden: int = 64
+    activation: str = "tanh"
+    tag_one_hot: bool = False  # network input gets a one-hot of the tag (see ActorCritic)
+    seed: int = 0
+    shaping_weight: float | None = None  # None: 0 for A, 1 for B
+    tag_period_ticks: int = 50
+    init_from: str | None = None  # warm start: policy params of this run dir / packaged name (record only)
+
+    def __post_init__(self):
+        if self.combination not in COMBINATIONS:
+            raise ValueError(f"combination must be one of {COMBINATIONS}, got {self.combination!r}")
+        bots = tuple(self.bots)
+        object.__setattr__(self, "bots", bots)
+        unknown = [b for b in bots if b not in BOT_TYPES]
+        if not bots or unknown:
+            raise ValueError(f"bots must be a non-empty subset of {BOT_TYPES}, got {bots}")
+        if self.activation not in ("tanh", "relu"):
+            raise ValueError(f"activation must be 'tanh' or 'relu', got {self.activation!r}")
+        for name in ("num_envs", "num_steps", "update_epochs", "num_minibatches", "hidden", "tag_period_ticks"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if (self.num_envs * self.num_steps * 5) % self.num_minibatches:
+            raise ValueError("num_envs * num_steps * 5 must be divisible by num_minibatches")
+
+    # Derived sizes ---------------------------------------------------------
+    @property
+    def steps_per_update(self) -> int:
+        """Env steps (arena ticks, all envs) per PPO update."""
+        return self.num_envs * self.num_steps
+
+    @property
+    def num_updates(self) -> int:
+        """Updates in the whole run (at least 1)."""
+        return max(1, self.total_timesteps // self.steps_per_update)
+
+    @property
+    def minibatch_size(self) -> int:
+        return self.num_envs * self.num_steps * 5 // self.num_minibatches
+
+    @property
+    def effective_shaping_weight(self) -> float:
+        if self.shaping_weight is not None:
+            return float(self.shaping_weight)
+        return 0.0 if self.combination == "A" else 1.0
+
+    # JSON ------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["bots"] = list(self.bots)
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PPOConfig:
+        """Build from a dict, ignoring unknown keys (forward compatibility)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in d.items() if k in names}
+        if "bots" in kw:
+            kw["bots"] = tuple(kw["bots"])
+        return cls(**kw)
+
+    def network_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of `ActorCritic` for this config."""
+        return {"hidden": self.hidden, "activation": self.activation, "tag_one_hot": self.tag_one_hot}
+
+    def replace(self, **changes) -> PPOConfig:
+        return dataclasses.replace(self, **changes)

@@ -1,0 +1,378 @@
+"""PPO for the arena's shared NPC policy, PureJaxRL-style, fully jitted.
+
+    from jaxarena.algorithms import PPOConfig, make_train
+    train = make_train(PPOConfig(combination="A", total_timesteps=2_000_000))
+    runner_state, metrics = jax.jit(train)(jax.random.PRNGKey(0))
+
+For checkpointed runs use `make_trainer(config)`, whose `init(rng)` and
+`run_updates(runner_state, n)` split the same computation into chunks: the
+scan over updates is the same, so running 2n updates at once or n, saving,
+restoring and n more gives identical parameters.
+
+Batch layout: `num_envs` arenas (vmapped; sharded over devices when a mesh is
+given) x 5 NPCs. The policy is shared, so the (envs x NPCs) axes are
+flattened into one batch of agent samples for the update. Transitions of NPCs
+dead at the start of a step (info["alive"] False) are masked out of every
+loss term.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+from flax.training.train_state import TrainState
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import jaxarena
+from jaxarena.observe import TAG as TAG_INDEX
+from jaxarena.types import BOT_TYPES, BOT_WIN, NPC_WIN, NUM_TAGS, TIMEOUT
+
+from .config import PPOConfig
+from .networks import ActorCritic
+
+ENV_AXIS = "env"
+
+
+@struct.dataclass
+class RunnerState:
+    """Everything a run carries between updates (and what a checkpoint holds)."""
+
+    train_state: TrainState
+    env_state: jaxarena.EnvState  # batched over envs: leaves (num_envs, ...)
+    obs: jax.Array  # (num_envs, 5, 23) float32, the current observation
+    episode_return: jax.Array  # (num_envs,) running return (mean over the 5 NPCs)
+    rng: jax.Array  # (2,) uint32 raw PRNG key (raw, so orbax stores it plainly)
+    update: jax.Array  # () int32, updates done so far
+
+
+class Transition(NamedTuple):
+    """One rollout step; agent leaves are (num_envs, 5), env leaves (num_envs,)."""
+
+    obs: jax.Array
+    action: jax.Array
+    log_prob: jax.Array
+    value: jax.Array
+    reward: jax.Array
+    next_value: jax.Array  # V(s_{t+1}); at an episode's last step V(final_obs), before auto-reset
+    cut: jax.Array  # no bootstrap: episode terminated or this NPC died
+    end: jax.Array  # trajectory ends here: any done, or this NPC died
+    mask: jax.Array  # NPC alive at the start of the step
+
+
+class Trainer(NamedTuple):
+    """The pieces of one training run; see `make_trainer`."""
+
+    config: PPOConfig
+    network: ActorCritic
+    init: Callable[[jax.Array], RunnerState]
+    run_updates: Callable[[RunnerState, int], tuple[RunnerState, dict]]
+    mesh: Mesh | None
+
+
+def calculate_gae(rewards, values, next_values, cut, end, gamma: float, gae_lambda: float):
+    """Generalised advantage estimation over a time-major batch (axis 0 = time).
+
+    Args:
+        rewards, values: (T, ...) r_t and V(s_t).
+        next_values: (T, ...) V(s_{t+1}) of the state the step reached, before
+            any auto-reset; at a truncated (timeout) step this is V(final_obs),
+            so the timeout bootstraps instead of being treated as terminal.
+        cut: (T, ...) bool, true where s_{t+1} is terminal (no bootstrap).
+        end: (T, ...) bool, true where the trajectory ends after step t
+            (terminated, truncated, or the agent died): the advantage does not
+            chain into step t+1, which belongs to another episode.
+    Returns:
+        (advantages, targets), both (T, ...); targets = advantages + values.
+    """
+    not_cut = 1.0 - cut.astype(jnp.float32)
+    not_end = 1.0 - end.astype(jnp.float32)
+    deltas = rewards + gamma * next_values * not_cut - values
+
+    def _backward(gae, xs):
+        delta, cont = xs
+        gae = delta + gamma * gae_lambda * cont * gae
+        return gae, gae
+
+    _, advantages = jax.lax.scan(_backward, jnp.zeros_like(deltas[0]), (deltas, not_end), reverse=True)
+    return advantages, advantages + values
+
+
+def masked_mean(x, mask):
+    """Mean of x over entries where mask is true (0 if there are none)."""
+    m = mask.astype(x.dtype)
+    return jnp.sum(x * m) / jnp.maximum(jnp.sum(m), 1.0)
+
+
+def ppo_loss(network: ActorCritic, config: PPOConfig, params, batch: Transition, adv, tgt, ent_coef=None):
+    """Clipped PPO loss over a flat batch of agent samples; returns (total, aux).
+
+    `ent_coef` overrides `config.ent_coef` (the trainer passes the annealed value).
+
+    Every term is a mean over `batch.mask` (NPCs alive at the step's start),
+    so dead NPCs' transitions contribute nothing, not even to the advantage
+    normalisation.
+    """
+    pi, value = network.apply(params, batch.obs)
+    log_prob = pi.log_prob(batch.action)
+    mask = batch.mask
+    # Value loss, clipped around the rollout's estimate.
+    v_clipped = batch.value + jnp.clip(value - batch.value, -config.clip_eps, config.clip_eps)
+    v_loss = 0.5 * masked_mean(jnp.maximum((value - tgt) ** 2, (v_clipped - tgt) ** 2), mask)
+    # Clipped surrogate; advantages normalised over the live samples only.
+    mu = masked_mean(adv, mask)
+    sd = jnp.sqrt(masked_mean((adv - mu) ** 2, mask))
+    adv = jnp.where(mask, (adv - mu) / (sd + 1e-8), 0.0)
+    log_ratio = jnp.where(mask, log_prob - batch.log_prob, 0.0)
+    ratio = jnp.exp(log_ratio)
+    surrogate = jnp.minimum(ratio * adv, jnp.clip(ratio, 1 - config.clip_eps, 1 + config.clip_eps) * adv)
+    actor_loss = -masked_mean(surrogate, mask)
+    entropy = masked_mean(pi.entropy(), mask)
+    ent_coef = config.ent_coef if ent_coef is None else ent_coef
+    total = actor_loss + config.vf_coef * v_loss - ent_coef * entropy
+    aux = {
+        "value_loss": v_loss,
+        "actor_loss": actor_loss,
+        "entropy": entropy,
+        "approx_kl": masked_mean((ratio - 1.0) - log_ratio, mask),
+        "clip_frac": masked_mean((jnp.abs(ratio - 1.0) > config.clip_eps).astype(jnp.float32), mask),
+    }
+    return total, aux
+
+
+def bot_types_for(config: PPOConfig) -> jax.Array:
+    """(num_envs,) int32 bot type of each env slot: bots dealt round-robin."""
+    ids = jnp.asarray([BOT_TYPES.index(b) for b in config.bots], jnp.int32)
+    return ids[jnp.arange(config.num_envs) % len(config.bots)]
+
+
+def default_mesh(num_envs: int) -> Mesh | None:
+    """A 1-D mesh over all visible devices, or None on one device.
+
+    Falls back to None (with the batch on one device) when the env count
+    does not split evenly.
+    """
+    devices = jax.devices()
+    if len(devices) < 2 or num_envs % len(devices):
+        return None
+    return Mesh(devices, (ENV_AXIS,))
+
+
+def make_trainer(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Trainer:
+    """Build `init(rng) -> RunnerState` and `run_updates(state, n) -> (state, metrics)`.
+
+    Both are pure and jittable (`run_updates` with `n` static). `mesh`:
+    "auto" shards the env batch over all visible devices (see
+    `default_mesh`), None keeps one device, or pass a 1-D `Mesh` whose axis
+    is named "env". Metrics come back stacked over the n updates; see
+    `_update_step` for the keys.
+    """
+    if isinstance(mesh, str):
+        mesh = default_mesh(config.num_envs)
+    env, base_params = jaxarena.make("Arena-v0", shaping_weight=config.effective_shaping_weight)
+    network = ActorCritic(**config.network_kwargs())
+    bot_types = bot_types_for(config)
+    n_envs, n_steps = config.num_envs, config.num_steps
+    n_grad_steps = config.num_updates * config.update_epochs * config.num_minibatches
+
+    def _env_params(bot_type):
+        return base_params.replace(bot_type=bot_type)
+
+    v_reset = jax.vmap(lambda k, bt: env.reset(k, _env_params(bt)))
+    v_step = jax.vmap(lambda k, s, a, bt: env.step(k, s, a, _env_params(bt)))
+    v_set_tag = jax.vmap(env.set_tag)
+
+    def _shard_env(x):
+        """Keep env-axis arrays split over the mesh (a no-op on one device)."""
+        if mesh is None:
+            return x
+        spec = P(ENV_AXIS, *([None] * (x.ndim - 1)))
+        return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
+
+    def _redraw_tags(key, state, obs):
+        """Recipe B: a uniform new tag every tag period (incl. t = 0 after a reset)."""
+        if config.combination != "B":
+            return state, obs
+        new = jax.random.randint(key, (n_envs,), 0, NUM_TAGS, dtype=jnp.int32)
+        tag = jnp.where(state.t % config.tag_period_ticks == 0, new, state.tag)
+        state = v_set_tag(state, tag)
+        # The tag is the last obs float; patch it rather than re-observing.
+        obs = obs.at[:, :, TAG_INDEX].set((tag.astype(jnp.float32) / (NUM_TAGS - 1))[:, None])
+        return state, obs
+
+    def init(rng: jax.Array) -> RunnerState:
+        rng = jnp.asarray(rng)
+        if jnp.issubdtype(rng.dtype, jax.dtypes.prng_key):
+            rng = jax.random.key_data(rng)
+        rng, k_net, k_env, k_tag = jax.random.split(rng, 4)
+        params = network.init(k_net, jnp.zeros((1, jaxarena.OBS_SIZE), jnp.float32))
+        schedule = optax.linear_schedule(config.lr, 0.0, n_grad_steps) if config.anneal_lr else config.lr
+        tx = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(schedule, eps=1e-5))
+        train_state = TrainState.create(apply_fn=network.apply, params=params, tx=tx)
+        obs, env_state = v_reset(jax.random.split(k_env, n_envs), bot_types)
+        env_state, obs = _redraw_tags(k_tag, env_state, obs)
+        return RunnerState(
+            train_state=train_state,
+            env_state=jax.tree.map(_shard_env, env_state),
+            obs=_shard_env(obs),
+            episode_return=_shard_env(jnp.zeros((n_envs,), jnp.float32)),
+            rng=rng,
+            update=jnp.int32(0),
+        )
+
+    def _update_step(runner: RunnerState, _):
+        # ---- rollout ------------------------------------------------------
+        def _env_step(carry, _):
+            train_state, env_state, obs, ep_ret, rng = carry
+            rng, k_act, k_step, k_tag = jax.random.split(rng, 4)
+            pi, value = network.apply(train_state.params, obs)
+            action = pi.sample(seed=k_act)
+            log_prob = pi.log_prob(action)
+            next_obs, env_state, reward, done, info = v_step(
+                jax.random.split(k_step, n_envs), env_state, action, bot_types
+            )
+            env_state, next_obs = _redraw_tags(k_tag, env_state, next_obs)
+            # V of the state reached, before auto-reset: the truncation bootstrap.
+            # Where the episode goes on, `next_value` is replaced after the
+            # rollout by V(next obs), which already carries a redrawn tag.
+            final_value = network.apply(train_state.params, info["final_obs"], method=ActorCritic.value)
+            alive_after = info["final_obs"][..., 2] > 0.0  # own hp ratio after the step
+            terminated = jnp.broadcast_to(info["terminated"][:, None], alive_after.shape)
+            died = ~alive_after
+            transition = Transition(
+                obs=obs,
+                action=action,
+                log_prob=log_prob,
+                value=value,
+                reward=reward,
+                next_value=final_value,
+                cut=terminated | died,
+                end=jnp.broadcast_to(done[:, None], died.shape) | died,
+                mask=info["alive"],
+            )
+            ep_ret = ep_ret + jnp.mean(reward, axis=-1)
+            episode = {
+                "done": done,
+                "outcome": info["outcome"],
+                "length": info["episode_time"],
+                "ret": ep_ret,
+            }
+            ep_ret = jnp.where(done, 0.0, ep_ret)
+            carry = (train_state, env_state, _shard_env(next_obs), _shard_env(ep_ret), rng)
+            return carry, (transition, episode)
+
+        carry = (runner.train_state, runner.env_state, runner.obs, runner.episode_return, runner.rng)
+        carry, (traj, episodes) = jax.lax.scan(_env_step, carry, None, n_steps)
+        train_state, env_state, obs, ep_ret, rng = carry
+        # Bootstrap values: while the episode continues, V(s_{t+1}) is the next
+        # step's own estimate (same params; its obs carries any redrawn tag);
+        # where it ended, V(final_obs) from the rollout (used at truncations;
+        # terminations cut it in GAE).
+        last_value = network.apply(train_state.params, obs, method=ActorCritic.value)
+        following = jnp.concatenate([traj.value[1:], last_value[None]])
+        ended = jnp.broadcast_to(episodes["done"][..., None], following.shape)
+        traj = traj._replace(next_value=jnp.where(ended, traj.next_value, following))
+
+        # ---- advantages ---------------------------------------------------
+        def _calculate_gae(traj: Transition):
+            return calculate_gae(
+                traj.reward, traj.value, traj.next_value, traj.cut, traj.end, config.gamma, config.gae_lambda
+            )
+
+        advantages, targets = _calculate_gae(traj)
+
+        # ---- PPO epochs ---------------------------------------------------
+        _loss = functools.partial(ppo_loss, network, config)
+
+        def _update_epoch(state, _):
+            train_state, rng = state
+            rng, k_perm = jax.random.split(rng)
+            # Flatten (time, envs, NPCs) into one batch of agent samples.
+            flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[3:]), (traj, advantages, targets))
+            perm = jax.random.permutation(k_perm, flat[1].shape[0])
+            shuffled = jax.tree.map(lambda x: x[perm].reshape((config.num_minibatches, -1) + x.shape[1:]), flat)
+
+            def _update_minbatch(train_state, minibatch):
+                batch, adv, tgt = minibatch
+                ent_coef = config.ent_coef
+                if config.ent_coef_end is not None:  # linear anneal over the run's gradient steps
+                    frac = jnp.clip(train_state.step / n_grad_steps, 0.0, 1.0)
+                    ent_coef = config.ent_coef + frac * (config.ent_coef_end - config.ent_coef)
+                (loss, aux), grads = jax.value_and_grad(_loss, has_aux=True)(
+                    train_state.params, batch, adv, tgt, ent_coef
+                )
+                train_state = train_state.apply_gradients(grads=grads)
+                return train_state, dict(aux, total_loss=loss)
+
+            train_state, losses = jax.lax.scan(_update_minbatch, train_state, shuffled)
+            return (train_state, rng), losses
+
+        (train_state, rng), losses = jax.lax.scan(_update_epoch, (train_state, rng), None, config.update_epochs)
+
+        metrics = _episode_metrics(episodes, traj.mask)
+        # Per-step reward of living NPCs: a learning signal that needs no finished episode.
+        metrics["reward_mean"] = masked_mean(traj.reward, traj.mask)
+        metrics.update({k: jnp.mean(v) for k, v in losses.items()})
+        update = runner.update + 1
+        metrics["update"] = update
+        metrics["env_steps"] = update.astype(jnp.float32) * float(config.steps_per_update)
+        runner = RunnerState(train_state, env_state, obs, ep_ret, rng, update)
+        return runner, metrics
+
+    def _episode_metrics(ep: dict, alive_mask) -> dict:
+        done = ep["done"]
+        n = jnp.sum(done)
+        denom = jnp.maximum(n, 1)
+        nan_if_none = lambda x: jnp.where(n > 0, x, jnp.nan)
+        per_bot = jax.nn.one_hot(bot_types, len(BOT_TYPES), dtype=jnp.int32)  # (envs, 3)
+
+        def count_per_bot(flag):
+            return jnp.sum((done & flag).astype(jnp.int32) @ per_bot, axis=0)  # (3,)
+
+        return {
+            "episodes": n,
+            "return_mean": nan_if_none(jnp.sum(jnp.where(done, ep["ret"], 0.0)) / denom),
+            "length_mean": nan_if_none(jnp.sum(jnp.where(done, ep["length"], 0.0)) / denom),
+            "npc_win_rate": nan_if_none(jnp.sum(done & (ep["outcome"] == NPC_WIN)) / denom),
+            "bot_win_rate": nan_if_none(jnp.sum(done & (ep["outcome"] == BOT_WIN)) / denom),
+            "timeout_rate": nan_if_none(jnp.sum(done & (ep["outcome"] == TIMEOUT)) / denom),
+            "timeouts": jnp.sum(done & (ep["outcome"] == TIMEOUT)),
+            "episodes_per_bot": count_per_bot(jnp.ones_like(done)),
+            "npc_wins_per_bot": count_per_bot(ep["outcome"] == NPC_WIN),
+            "bot_wins_per_bot": count_per_bot(ep["outcome"] == BOT_WIN),
+            "timeouts_per_bot": count_per_bot(ep["outcome"] == TIMEOUT),
+            "alive_frac": jnp.mean(alive_mask.astype(jnp.float32)),
+        }
+
+    def run_updates(runner: RunnerState, n: int):
+        return jax.lax.scan(_update_step, runner, None, n)
+
+    return Trainer(config=config, network=network, init=init, run_updates=run_updates, mesh=mesh)
+
+
+def make_train(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Callable[[jax.Array], tuple[RunnerState, dict]]:
+    """PureJaxRL's shape: `train(rng) -> (runner_state, metrics)`, all `config.num_updates`.
+
+    Jit it: `jax.jit(make_train(config))(jax.random.PRNGKey(0))`.
+    """
+    trainer = make_trainer(config, mesh)
+
+    def train(rng: jax.Array):
+        return trainer.run_updates(trainer.init(rng), config.num_updates)
+
+    return train
+
+
+def per_bot_rates(metrics: dict[str, Any]) -> dict[str, float]:
+    """Host-side: NPC win rate per bot name from one update's (or summed) counts."""
+    out = {}
+    for i, name in enumerate(BOT_TYPES):
+        n = float(metrics["episodes_per_bot"][i])
+        out[name] = float(metrics["npc_wins_per_bot"][i]) / n if n else float("nan")
+    return out
