@@ -90,7 +90,7 @@ def test_load_policy_jitted_single_and_batched(tiny, tmp_path):
     assert np.all((np.asarray(batched) >= 0) & (np.asarray(batched) < 6))
 
     greedy, params = load_policy(tmp_path / "run", greedy=True)
-    logits = ActorCritic(hidden=TINY.hidden).apply(params, obs, method="logits")
+    logits = ActorCritic(**TINY.network_kwargs()).apply(params, obs, method="logits")
     np.testing.assert_array_equal(jax.jit(greedy)(params, obs), np.argmax(np.asarray(logits), -1))
 
     # An exported, policy-only directory loads the same way.
