@@ -39,8 +39,8 @@ def observe(state: EnvState, params: EnvParams) -> jax.Array:
     bot = jnp.concatenate(
         [bot_xyhp, dist[:, None], can_melee(state, params)[:, None].astype(jnp.float32), cover], axis=-1
     )
-    # Static slices rather than own[ALLY_INDEX]: a gather does not fuse on CPU.
-    allies = jnp.stack([jnp.concatenate([own[:i], own[i + 1 :]]).reshape(12) for i in range(NUM_NPCS)])
+    # Static row picks rather than own[ALLY_INDEX]: a gather does not fuse on CPU.
+    allies = jnp.stack([jnp.concatenate([own[int(j)] for j in row]) for row in ALLY_INDEX])
     tag = jnp.broadcast_to(state.tag.astype(jnp.float32) / (NUM_TAGS - 1), (NUM_NPCS, 1))
     return jnp.concatenate([own, bot, allies, tag], axis=-1)
 

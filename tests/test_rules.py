@@ -23,8 +23,8 @@ HOLD = MELEE  # a melee with nothing in range: the NPC stands still and does not
 _STEP = jax.jit(jaxarena.Arena().step_env)
 
 
-def run(env, params, state, action_seq):
-    """Step `state` through `action_seq` with the shared jitted step_env (env is for readability)."""
+def run(params, state, action_seq):
+    """Step `state` through `action_seq` with the shared jitted step_env."""
     infos = []
     for a in action_seq:
         state, reward, terminated, truncated, info = _STEP(jax.random.key(1), state, jnp.asarray(a, jnp.int32), params)
@@ -46,19 +46,19 @@ def test_table1_defaults_match_the_paper():
 
 
 def test_npc_speed_is_4_units_per_second(still_bot):
-    env, params = still_bot
+    _, params = still_bot
     npc = SPREAD.copy()
     npc[2] = [15.0, 3.0]
     state = build_state(params, npc, [15.0, 8.0])
-    state, _ = run(env, params, state, [[HOLD, HOLD, MOVE_TO_BOT, HOLD, HOLD]] * 5)  # 0.5 s
+    state, _ = run(params, state, [[HOLD, HOLD, MOVE_TO_BOT, HOLD, HOLD]] * 5)  # 0.5 s
     np.testing.assert_allclose(state.npc_pos[2], [15.0, 5.0], atol=1e-5)
     np.testing.assert_allclose(np.asarray(state.npc_pos)[[0, 1, 3, 4]], SPREAD[[0, 1, 3, 4]], atol=1e-6)
 
 
 def test_bot_speed_is_5_units_per_second():
-    env, params = jaxarena.make("Arena-v0", bot="aggressive", bot_melee_damage=0.0)
+    _, params = jaxarena.make("Arena-v0", bot="aggressive", bot_melee_damage=0.0)
     state = build_state(params, SPREAD, [14.0, 27.0])
-    state, _ = run(env, params, state, [[HOLD] * 5] * 4)  # 0.4 s straight towards npc 2 at (14, 3)
+    state, _ = run(params, state, [[HOLD] * 5] * 4)  # 0.4 s straight towards npc 2 at (14, 3)
     np.testing.assert_allclose(state.bot_pos, [14.0, 25.0], atol=1e-4)
 
 
@@ -74,31 +74,31 @@ def test_bot_speed_is_5_units_per_second():
     ],
 )
 def test_table4_each_action_moves_as_named(still_bot, action, expected):
-    env, params = still_bot
+    _, params = still_bot
     npc = SPREAD.copy()
     npc[2] = [15.0, 3.0]
     state = build_state(params, npc, [15.0, 9.0])
-    state, _ = run(env, params, state, [[HOLD, HOLD, action, HOLD, HOLD]])
+    state, _ = run(params, state, [[HOLD, HOLD, action, HOLD, HOLD]])
     np.testing.assert_allclose(state.npc_pos[2], expected, atol=1e-5)
 
 
 @pytest.mark.parametrize("distance,lands", [(2.49, True), (2.51, False)])
 def test_npc_melee_range_is_2_5(still_bot, distance, lands):
-    env, params = still_bot
+    _, params = still_bot
     npc = SPREAD.copy()
     npc[2] = [15.0, 3.0]
     state = build_state(params, npc, [15.0, 3.0 + distance])
-    state, infos = run(env, params, state, [[HOLD, HOLD, MELEE, HOLD, HOLD]])
+    state, infos = run(params, state, [[HOLD, HOLD, MELEE, HOLD, HOLD]])
     assert float(state.bot_hp) == (285.0 if lands else 300.0)
     assert float(infos[0]["damage_dealt"][2]) == (15.0 if lands else 0.0)
 
 
 def test_npc_melee_cooldown_allows_one_hit_per_half_second(still_bot):
-    env, params = still_bot
+    _, params = still_bot
     npc = SPREAD.copy()
     npc[2] = [15.0, 3.0]
     state = build_state(params, npc, [15.0, 5.0])
-    state, infos = run(env, params, state, [[HOLD, HOLD, MELEE, HOLD, HOLD]] * 20)  # 2 s
+    state, infos = run(params, state, [[HOLD, HOLD, MELEE, HOLD, HOLD]] * 20)  # 2 s
     hits = [float(i["damage_dealt"][2]) for i in infos]
     assert hits == [15.0 if t % 5 == 0 else 0.0 for t in range(20)]
     assert float(state.bot_hp) == 300.0 - 4 * 15.0
@@ -106,11 +106,11 @@ def test_npc_melee_cooldown_allows_one_hit_per_half_second(still_bot):
 
 @pytest.mark.parametrize("distance,lands", [(2.99, True), (3.01, False)])
 def test_bot_melee_range_damage_and_cooldown(distance, lands):
-    env, params = jaxarena.make("Arena-v0", bot="aggressive", bot_speed=0.0)
+    _, params = jaxarena.make("Arena-v0", bot="aggressive", bot_speed=0.0)
     npc = SPREAD.copy()
     npc[2] = [15.0, 27.0 - distance]  # open ground north of the boxes
     state = build_state(params, npc, [15.0, 27.0])
-    state, infos = run(env, params, state, [[RETREAT, RETREAT, HOLD, RETREAT, RETREAT]] * 17)  # 1.7 s
+    state, infos = run(params, state, [[RETREAT, RETREAT, HOLD, RETREAT, RETREAT]] * 17)  # 1.7 s
     taken = [float(i["damage_taken"][2]) for i in infos]
     if lands:  # 15 damage every 0.8 s: ticks 0, 8, 16
         assert taken == [15.0 if t % 8 == 0 else 0.0 for t in range(17)]
@@ -120,14 +120,14 @@ def test_bot_melee_range_damage_and_cooldown(distance, lands):
 
 
 def test_npc_dies_after_four_bot_hits_and_then_does_nothing():
-    env, params = jaxarena.make("Arena-v0", bot="aggressive", bot_speed=0.0)
+    _, params = jaxarena.make("Arena-v0", bot="aggressive", bot_speed=0.0)
     npc = SPREAD.copy()
     npc[2] = [15.0, 25.0]
     state = build_state(params, npc, [15.0, 27.0])
-    state, infos = run(env, params, state, [[HOLD, HOLD, HOLD, HOLD, HOLD]] * 26)
+    state, infos = run(params, state, [[HOLD, HOLD, HOLD, HOLD, HOLD]] * 26)
     assert float(state.npc_hp[2]) == 0.0  # 4 x 15 = 60 HP
     before = np.asarray(state.npc_pos[2])
-    state, infos = run(env, params, state, [[HOLD, HOLD, MOVE_TO_BOT, HOLD, HOLD], [HOLD, HOLD, MELEE, HOLD, HOLD]])
+    state, infos = run(params, state, [[HOLD, HOLD, MOVE_TO_BOT, HOLD, HOLD], [HOLD, HOLD, MELEE, HOLD, HOLD]])
     np.testing.assert_array_equal(state.npc_pos[2], before)
     assert float(infos[1]["damage_dealt"][2]) == 0.0 and not bool(infos[1]["alive"][2])
 
@@ -135,11 +135,11 @@ def test_npc_dies_after_four_bot_hits_and_then_does_nothing():
 @pytest.mark.parametrize("surface,hit_tick", [(4.7, 3), (4.9, 4), (5.5, 4), (5.9, 4), (6.1, 5)])
 def test_orb_flies_at_12_units_per_second_and_deals_5(still_bot, surface, hit_tick):
     # 1.2 u per tick, starting on the firing tick: the hit tick pins the speed.
-    env, params = still_bot
+    _, params = still_bot
     npc = SPREAD.copy()
     npc[2] = [15.0, 3.0]
     state = build_state(params, npc, [15.0, 3.0 + surface + 0.5])
-    state, infos = run(env, params, state, [[HOLD, HOLD, RANGED, HOLD, HOLD]] + [[HOLD] * 5] * 6)
+    state, infos = run(params, state, [[HOLD, HOLD, RANGED, HOLD, HOLD]] + [[HOLD] * 5] * 6)
     dealt = [float(i["damage_dealt"][2]) for i in infos]
     assert dealt == [5.0 if t == hit_tick else 0.0 for t in range(7)]
     assert float(state.bot_hp) == 295.0 and not bool(state.orb_active.any())
@@ -147,41 +147,41 @@ def test_orb_flies_at_12_units_per_second_and_deals_5(still_bot, surface, hit_ti
 
 @pytest.mark.parametrize("bot_x,hits", [(14.0, True), (14.6, False)])
 def test_orb_range_is_12_units(still_bot, bot_x, hits):
-    env, params = still_bot
+    _, params = still_bot
     npc = SPREAD.copy()
     npc[0] = [2.0, 25.0]  # bot surface at 11.5 u (hit) or 12.1 u (out of range)
     state = build_state(params, npc, [bot_x, 25.0])
-    state, _ = run(env, params, state, [[RANGED, HOLD, HOLD, HOLD, HOLD]] + [[HOLD] * 5] * 12)
+    state, _ = run(params, state, [[RANGED, HOLD, HOLD, HOLD, HOLD]] + [[HOLD] * 5] * 12)
     assert float(state.bot_hp) == (295.0 if hits else 300.0)
     assert not bool(state.orb_active.any())
 
 
 def test_orbs_are_stopped_by_boxes(still_bot):
-    env, params = still_bot
+    _, params = still_bot
     npc = SPREAD.copy()
     npc[2] = [15.0, 10.0]  # the central box (13..17) stands between
     state = build_state(params, npc, [15.0, 19.0])
-    state, _ = run(env, params, state, [[HOLD, HOLD, RANGED, HOLD, HOLD]] + [[HOLD] * 5] * 10)
+    state, _ = run(params, state, [[HOLD, HOLD, RANGED, HOLD, HOLD]] + [[HOLD] * 5] * 10)
     assert float(state.bot_hp) == 300.0 and not bool(state.orb_active.any())
 
 
 def test_orb_cooldown_is_one_second(still_bot):
-    env, params = still_bot
+    _, params = still_bot
     npc = SPREAD.copy()
     npc[2] = [15.0, 3.0]
     state = build_state(params, npc, [15.0, 9.0])
     # 2.2 s of firing: orbs leave on ticks 0, 10 and 20 and land 4 ticks later.
-    state, infos = run(env, params, state, [[HOLD, HOLD, RANGED, HOLD, HOLD]] * 22)
+    state, infos = run(params, state, [[HOLD, HOLD, RANGED, HOLD, HOLD]] * 22)
     assert [float(i["damage_dealt"][2]) for i in infos] == [5.0 if t in (4, 14) else 0.0 for t in range(22)]
     assert int(state.orb_active.sum()) == 1  # the third orb is still flying
 
 
 def test_at_most_two_orbs_in_flight_per_npc():
-    env, params = jaxarena.make("Arena-v0", bot="aggressive", bot_speed=0.0, orb_cooldown=0.1)
+    _, params = jaxarena.make("Arena-v0", bot="aggressive", bot_speed=0.0, orb_cooldown=0.1)
     npc = SPREAD.copy()
     npc[2] = [15.0, 22.0]
     state = build_state(params, npc, [15.0, 29.0])  # 6.5 u away: each orb flies 6 ticks
-    state, _ = run(env, params, state, [[HOLD, HOLD, RANGED, HOLD, HOLD]] * 4)
+    state, _ = run(params, state, [[HOLD, HOLD, RANGED, HOLD, HOLD]] * 4)
     assert int(state.orb_active[2].sum()) == 2 and float(state.bot_hp) == 300.0
 
 
@@ -189,22 +189,22 @@ def test_at_most_two_orbs_in_flight_per_npc():
 def test_moving_bot_dodges_an_orb(bot_speed, hit):
     # Four NPCs press from the west, so the evasive bot runs east, across the
     # path of an orb fired from the south: it escapes only if it moves.
-    env, params = jaxarena.make("Arena-v0", bot="evasive", bot_melee_damage=0.0, bot_speed=bot_speed)
+    _, params = jaxarena.make("Arena-v0", bot="evasive", bot_melee_damage=0.0, bot_speed=bot_speed)
     npc = np.array([[15.0, 21.5], [11.0, 27.0], [11.0, 26.0], [11.0, 28.0], [10.5, 27.0]], np.float32)
     state = build_state(params, npc, [15.0, 27.0])
-    state, infos = run(env, params, state, [[RANGED, HOLD, HOLD, HOLD, HOLD]] + [[HOLD] * 5] * 10)
+    state, infos = run(params, state, [[RANGED, HOLD, HOLD, HOLD, HOLD]] + [[HOLD] * 5] * 10)
     assert float(state.bot_hp) == (295.0 if hit else 300.0)
     if not hit:
         assert float(state.bot_pos[0]) > 17.0  # it moved sideways, not along the orb's line
 
 
 def test_units_cannot_enter_boxes_or_leave_the_arena(still_bot):
-    env, params = still_bot
+    _, params = still_bot
     npc = SPREAD.copy()
     npc[2] = [15.0, 11.0]  # walks north into the central box
     npc[0] = [0.6, 3.0]  # retreats west into the wall
     state = build_state(params, npc, [15.0, 27.0])
-    state, _ = run(env, params, state, [[STRAFE_LEFT, HOLD, MOVE_TO_BOT, HOLD, HOLD]] * 20)
+    state, _ = run(params, state, [[STRAFE_LEFT, HOLD, MOVE_TO_BOT, HOLD, HOLD]] * 20)
     assert float(state.npc_pos[2, 1]) == pytest.approx(12.5, abs=1e-5)  # touching: 13 - radius
     assert float(state.npc_pos[0, 0]) >= 0.5 - 1e-6
 
@@ -220,7 +220,7 @@ def test_out_of_range_actions_are_no_ops(still_bot):
 
 
 def test_team_reward_damage_kill_and_wipe():
-    env, params = jaxarena.make("Arena-v0", bot="aggressive", bot_speed=0.0, shaping_weight=0.0)
+    _, params = jaxarena.make("Arena-v0", bot="aggressive", bot_speed=0.0, shaping_weight=0.0)
     npc = SPREAD.copy()
     npc[2] = [15.0, 3.0]
     state = build_state(params, npc, [15.0, 5.0])
