@@ -131,7 +131,8 @@ def load_params(path: str | Path, step: int | None = None):
     run_dir = resolve_path(path)
     config = read_config(run_dir)
     network = ActorCritic(**config.network_kwargs())
-    template = network.init(jax.random.PRNGKey(0), jnp.zeros((1, jaxarena.OBS_SIZE), jnp.float32))
+    obs_size = jaxarena.make(config.env_id)[0].obs_size
+    template = network.init(jax.random.PRNGKey(0), jnp.zeros((1, obs_size), jnp.float32))
     mngr = _manager(run_dir, max_to_keep=None)
     step = mngr.latest_step() if step is None else step
     if step is None:
@@ -144,13 +145,21 @@ def load_params(path: str | Path, step: int | None = None):
 def make_policy(config: PPOConfig, greedy: bool = False) -> Callable:
     """`policy(params, obs, key=None) -> actions` for the network of `config`.
 
-    obs: (..., 23) float32, e.g. (5, 23) for one arena or (n, 5, 23); returns
-    int32 actions of shape obs.shape[:-1]. Jittable. With `greedy` the most
-    likely action is taken and `key` is ignored; otherwise `key` is required.
+    obs: (..., obs_size) float32 from the env the policy was trained on,
+    `policy.env_id` ("Arena-v0": 23 floats, "ArenaFacing-v0": 25), e.g. (5, 23)
+    for one arena or (n, 5, 23); returns int32 actions of shape
+    obs.shape[:-1]. Jittable. With `greedy` the most likely action is taken
+    and `key` is ignored; otherwise `key` is required.
     """
     network = ActorCritic(**config.network_kwargs())
+    obs_size = jaxarena.make(config.env_id)[0].obs_size
 
     def policy(params, obs, key=None):
+        if obs.shape[-1] != obs_size:
+            raise ValueError(
+                f"this policy reads {config.env_id}'s {obs_size}-float observation, got {obs.shape[-1]} floats; "
+                f"build its env with jaxarena.make(policy.env_id)"
+            )
         logits = network.apply(params, jnp.asarray(obs, jnp.float32), method=ActorCritic.logits)
         if greedy:
             return jnp.argmax(logits, axis=-1).astype(jnp.int32)
@@ -158,6 +167,7 @@ def make_policy(config: PPOConfig, greedy: bool = False) -> Callable:
             raise ValueError("a sampling policy needs a PRNG key (or load it with greedy=True)")
         return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
 
+    policy.env_id = config.env_id
     return policy
 
 

@@ -6,7 +6,8 @@ import dataclasses
 import json
 from typing import Any
 
-from jaxarena.types import BOT_TYPES
+from jaxarena.registry import REGISTERED_IDS
+from jaxarena.types import BOT_TYPES, NUM_TAGS
 
 COMBINATIONS = ("A", "B")
 
@@ -32,6 +33,9 @@ class PPOConfig:
     """
 
     combination: str = "A"
+    # "ArenaFacing-v0" also shows the policy the bot's facing, which the
+    # Surround and Flank shaping depend on (see docs/training.md).
+    env_id: str = "Arena-v0"
     # The shipped recipe: 4 of every 6 arenas fight the evasive bot, the only
     # one a naive squad can't beat; with equal shares the policy settled on
     # melee rushes and never learned to corner it.
@@ -61,16 +65,23 @@ class PPOConfig:
     seed: int = 0
     shaping_weight: float | None = None  # None: 0 for A, 1 for B
     tag_period_ticks: int = 50
+    tags: tuple[int, ...] = (0, 1, 2, 3)  # the tags recipe B draws from, uniformly (repeat one to weight it)
     init_from: str | None = None  # warm start: policy params of this run dir / packaged name (record only)
 
     def __post_init__(self):
         if self.combination not in COMBINATIONS:
             raise ValueError(f"combination must be one of {COMBINATIONS}, got {self.combination!r}")
+        if self.env_id not in REGISTERED_IDS:
+            raise ValueError(f"env_id must be one of {REGISTERED_IDS}, got {self.env_id!r}")
         bots = tuple(self.bots)
         object.__setattr__(self, "bots", bots)
         unknown = [b for b in bots if b not in BOT_TYPES]
         if not bots or unknown:
             raise ValueError(f"bots must be a non-empty subset of {BOT_TYPES}, got {bots}")
+        tags = tuple(int(t) for t in self.tags)
+        object.__setattr__(self, "tags", tags)
+        if not tags or any(not 0 <= t < NUM_TAGS for t in tags):
+            raise ValueError(f"tags must be a non-empty list of tags in 0..{NUM_TAGS - 1}, got {tags}")
         if self.activation not in ("tanh", "relu"):
             raise ValueError(f"activation must be 'tanh' or 'relu', got {self.activation!r}")
         for name in ("num_envs", "num_steps", "update_epochs", "num_minibatches", "hidden", "tag_period_ticks"):
@@ -103,7 +114,7 @@ class PPOConfig:
     # JSON ------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
-        d["bots"] = list(self.bots)
+        d["bots"], d["tags"] = list(self.bots), list(self.tags)
         return d
 
     def to_json(self) -> str:
@@ -114,8 +125,9 @@ class PPOConfig:
         """Build from a dict, ignoring unknown keys (forward compatibility)."""
         names = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in d.items() if k in names}
-        if "bots" in kw:
-            kw["bots"] = tuple(kw["bots"])
+        for name in ("bots", "tags"):
+            if name in kw:
+                kw[name] = tuple(kw[name])
         return cls(**kw)
 
     @property

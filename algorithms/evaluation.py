@@ -57,9 +57,13 @@ def run_episodes(
     n: int = 1000,
     seed: int = 0,
     tag: int = 0,
+    env_id: str = "Arena-v0",
     **env_overrides,
 ) -> dict[str, np.ndarray]:
-    """Play `n` seeded episodes in parallel with `act(obs (n,5,23), key) -> (n,5) actions`.
+    """Play `n` seeded episodes in parallel with `act(obs (n,5,obs_size), key) -> (n,5) actions`.
+
+    `env_id` picks the observation: a policy trained on "ArenaFacing-v0"
+    (`policy.env_id`) needs it here too.
 
     Returns numpy arrays of shape (n,): `outcome` (1 NPC win, 2 bot win,
     3 timeout), `episode_time` (s), `damage_dealt` (HP the squad took off
@@ -68,7 +72,7 @@ def run_episodes(
     averaged over living NPC-ticks) and `lateral_share` (share of living
     NPC-ticks in the bot's lateral arcs, 60 < |theta| < 120 degrees).
     """
-    env, params = jaxarena.make("Arena-v0", bot=bot, **env_overrides)
+    env, params = jaxarena.make(env_id, bot=bot, **env_overrides)
     max_ticks = int(ticks(params.episode_s, params.dt)) + 1
 
     @jax.jit
@@ -144,3 +148,27 @@ def outcome_summary(outcome: np.ndarray) -> dict[str, dict[str, float]]:
         out[name] = {"rate": k / n, "lo": lo, "hi": hi, "count": k}
     out["n"] = n
     return out
+
+
+def tag_response(
+    act: Callable[[jax.Array, jax.Array], jax.Array],
+    bots: tuple[str, ...] = ("aggressive", "evasive", "balanced"),
+    n: int = 256,
+    seed: int = 0,
+    env_id: str = "Arena-v0",
+) -> dict[str, np.ndarray]:
+    """How a Combination B policy plays under each fixed tag, against each bot.
+
+    Every (bot, tag) cell replays the same `n` seeded episodes, so tags are
+    compared on paired starts. Returns arrays of shape (len(bots), 4 tags, n):
+    `mean_distance`, `lateral_share` and `npc_win` (0/1), as `run_episodes`
+    defines them; average over axes 0 and 2 for one figure per tag.
+    """
+    cells = [
+        [run_episodes(act, bot, n=n, seed=seed, tag=tag, env_id=env_id) for tag in range(NUM_TAGS)] for bot in bots
+    ]
+    return {
+        "mean_distance": np.array([[c["mean_distance"] for c in row] for row in cells]),
+        "lateral_share": np.array([[c["lateral_share"] for c in row] for row in cells]),
+        "npc_win": np.array([[c["outcome"] == 1 for c in row] for row in cells], dtype=np.float64),
+    }

@@ -175,7 +175,7 @@ def make_trainer(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Trainer
     """
     if isinstance(mesh, str):
         mesh = default_mesh(config.num_envs)
-    env, base_params = jaxarena.make("Arena-v0", shaping_weight=config.effective_shaping_weight)
+    env, base_params = jaxarena.make(config.env_id, shaping_weight=config.effective_shaping_weight)
     network = ActorCritic(**config.network_kwargs())
     bot_types = bot_types_for(config)
     n_envs, n_steps = config.num_envs, config.num_steps
@@ -199,7 +199,8 @@ def make_trainer(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Trainer
         """Recipe B: a uniform new tag every tag period (incl. t = 0 after a reset)."""
         if config.combination != "B":
             return state, obs
-        new = jax.random.randint(key, (n_envs,), 0, NUM_TAGS, dtype=jnp.int32)
+        # With the default tags (0..3) this indexes an identity table: the same draws as randint(0, 4).
+        new = jnp.asarray(config.tags, jnp.int32)[jax.random.randint(key, (n_envs,), 0, len(config.tags))]
         tag = jnp.where(state.t % config.tag_period_ticks == 0, new, state.tag)
         state = v_set_tag(state, tag)
         # The tag is the last obs float; patch it rather than re-observing.
@@ -211,7 +212,7 @@ def make_trainer(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Trainer
         if jnp.issubdtype(rng.dtype, jax.dtypes.prng_key):
             rng = jax.random.key_data(rng)
         rng, k_net, k_env, k_tag = jax.random.split(rng, 4)
-        params = network.init(k_net, jnp.zeros((1, jaxarena.OBS_SIZE), jnp.float32))
+        params = network.init(k_net, jnp.zeros((1, env.obs_size), jnp.float32))
         schedule = optax.linear_schedule(config.lr, 0.0, n_grad_steps) if config.anneal_lr else config.lr
         tx = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(schedule, eps=1e-5))
         train_state = TrainState.create(apply_fn=network.apply, params=params, tx=tx)

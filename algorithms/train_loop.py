@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxarena.registry import REGISTERED_IDS
 from jaxarena.types import BOT_TYPES
 
 from .config import PPOConfig
@@ -38,6 +39,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--combination", choices=("A", "B"), default=None, help="A (default for a new run) or B")
     p.add_argument("--total-steps", type=float, default=None, help="env steps (arena ticks), e.g. 2e7")
     p.add_argument("--out", required=True, help="run directory (config, checkpoints, metrics, plot)")
+    p.add_argument(
+        "--env", dest="env_id", choices=REGISTERED_IDS, default=None, help="arena variant (default Arena-v0)"
+    )
     p.add_argument("--bots", nargs="+", choices=BOT_TYPES, default=None)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--num-envs", type=int, default=None)
@@ -64,7 +68,7 @@ def _config_from_args(args, base: PPOConfig | None) -> PPOConfig:
         changes["combination"] = args.combination
     if args.total_steps is not None:
         changes["total_timesteps"] = int(args.total_steps)
-    for name in ("seed", "num_envs", "num_steps", "lr", "hidden"):
+    for name in ("env_id", "seed", "num_envs", "num_steps", "lr", "hidden"):
         if getattr(args, name) is not None:
             changes[name] = getattr(args, name)
     if args.bots is not None:

@@ -27,6 +27,7 @@ from jaxarena.algorithms.evaluation import (
     outcome_summary,
     random_policy,
     run_episodes,
+    tag_response,
 )
 
 from jaxarena.types import BOT_TYPES, TAGS
@@ -67,7 +68,8 @@ def main():
     if args.policy:
         for mode in args.modes:
             policy, params = load_policy(args.policy, greedy=(mode == "greedy"))
-            outcomes(f"{args.policy} ({mode})", lambda obs, key, policy=policy, params=params: policy(params, obs, key))
+            act = lambda obs, key, policy=policy, params=params: policy(params, obs, key)
+            outcomes(f"{args.policy} ({mode})", act, env_id=policy.env_id)
     if args.references:
         outcomes("focus-fire (scripted)", focus_fire_policy)
         outcomes("chase-and-orb (scripted, p=0.8)", chase_and_orb_policy)
@@ -85,28 +87,37 @@ def main():
         for mode in args.modes:
             policy, params = load_policy(args.tag_response, greedy=(mode == "greedy"))
             act = lambda obs, key, policy=policy, params=params: policy(params, obs, key)
-            for bot in BOT_TYPES:
+            label = f"{args.tag_response} ({mode})"
+            resp = tag_response(act, BOT_TYPES, n=args.episodes, seed=args.seed, env_id=policy.env_id)
+            gains = {}
+            for b, bot in enumerate(BOT_TYPES):
                 for tag in range(4):
-                    res = run_episodes(act, bot, n=args.episodes, seed=args.seed, tag=tag, shaping_weight=1.0)
                     row = {
-                        "policy": f"{args.tag_response} ({mode})",
+                        "policy": label,
                         "bot": bot,
                         "tag": tag,
                         "tag_name": TAGS[tag],
-                        "mean_distance": float(np.mean(res["mean_distance"])),
-                        "lateral_share": float(np.mean(res["lateral_share"])),
-                        "npc_win": float(np.mean(res["outcome"] == 1)),
-                        "mean_time_s": float(np.mean(res["episode_time"])),
+                        "mean_distance": float(resp["mean_distance"][b, tag].mean()),
+                        "lateral_share": float(resp["lateral_share"][b, tag].mean()),
+                        "npc_win": float(resp["npc_win"][b, tag].mean()),
                     }
                     print(json.dumps(row), flush=True)
                     rows.append(row)
+            # The paired gains the tests check: per episode, averaged over the bots.
+            for name, key, tag, than in (
+                ("retreat_minus_aggressive_distance", "mean_distance", 3, 1),
+                ("flank_minus_aggressive_lateral", "lateral_share", 2, 1),
+            ):
+                gain = (resp[key][:, tag] - resp[key][:, than]).mean(axis=0)
+                gains[name] = {"mean": float(gain.mean()), "se": float(gain.std(ddof=1) / np.sqrt(gain.size))}
+            print(json.dumps({"policy": label, "paired_gains": gains, "n": args.episodes, "seed": args.seed}))
         if args.markdown:
-            print("\n| policy | bot | tag | mean NPC-bot distance (u) | lateral share | NPC win | mean length (s) |")
-            print("|---|---|---|---|---|---|---|")
+            print("\n| policy | bot | tag | mean NPC-bot distance (u) | lateral share | NPC win |")
+            print("|---|---|---|---|---|---|")
             for r in rows:
                 print(
                     f"| {r['policy']} | {r['bot']} | {r['tag']} {r['tag_name']} | {r['mean_distance']:.2f} | "
-                    f"{r['lateral_share']:.3f} | {r['npc_win']:.2f} | {r['mean_time_s']:.1f} |"
+                    f"{r['lateral_share']:.3f} | {r['npc_win']:.2f} |"
                 )
 
 

@@ -45,6 +45,7 @@ class Arena:
                       nearest cover x/30, nearest cover z/30
         [10:22] four allies in index order, each x/30, z/30, hp/60 (0 if dead)
         [22]    strategy tag / 3 (always 0 in Combination A)
+        [23:25] only in "ArenaFacing-v0": the bot's facing, unit x, z
     Action: int32 (5,), one of 6 per NPC (Table 4): 0 move toward the bot,
         1 strafe left, 2 strafe right, 3 melee, 4 retreat, 5 ranged (orb).
         Dead NPCs and out-of-range action values do nothing.
@@ -63,22 +64,35 @@ class Arena:
     """
 
     num_agents = NUM_NPCS
-    obs_size = OBS_SIZE
     num_actions = NUM_ACTIONS
     num_tags = NUM_TAGS
 
-    def __init__(self, default_params: EnvParams | None = None):
+    def __init__(self, default_params: EnvParams | None = None, observe_facing: bool = False):
+        """`observe_facing` appends the bot's facing (unit x, z) as obs[23:25].
+
+        Off by default, as in the paper. Table 5's Surround and Flank terms
+        reward bearings measured from the bot's facing, which Table 3 leaves
+        out; a memoryless policy can only guess it, so "ArenaFacing-v0" exists
+        for policies that must follow those tags.
+        """
         self._default_params = default_params if default_params is not None else EnvParams()
+        self.observe_facing = bool(observe_facing)
+        self.obs_size = OBS_SIZE + (2 if self.observe_facing else 0)
+
+    @property
+    def env_id(self) -> str:
+        """The registry id that builds this variant (see `jaxarena.make`)."""
+        return "ArenaFacing-v0" if self.observe_facing else "Arena-v0"
 
     @property
     def default_params(self) -> EnvParams:
         return self._default_params
 
     def reset(self, key: jax.Array, params: EnvParams | None = None) -> tuple[jax.Array, EnvState]:
-        """Start an episode. Returns (obs (5, 23), state)."""
+        """Start an episode. Returns (obs (5, obs_size), state)."""
         params = self._default_params if params is None else params
         state = initial_state(key, params)
-        return observe(state, params), state
+        return self.observe(state, params), state
 
     def step(self, key: jax.Array, state: EnvState, actions: jax.Array, params: EnvParams | None = None):
         """Advance one tick; auto-reset when the episode ends.
@@ -100,9 +114,17 @@ class Arena:
             episode_time=stepped.t.astype(jnp.float32) * params.dt,
             terminated=terminated,
             truncated=truncated,
-            final_obs=observe(stepped, params),
+            final_obs=self.observe(stepped, params),
         )
-        return observe(next_state, params), next_state, reward, done, info
+        return self.observe(next_state, params), next_state, reward, done, info
+
+    def observe(self, state: EnvState, params: EnvParams | None = None) -> jax.Array:
+        """The (5, obs_size) observation of `state`."""
+        params = self._default_params if params is None else params
+        obs = observe(state, params)
+        if not self.observe_facing:
+            return obs
+        return jnp.concatenate([obs, jnp.broadcast_to(state.bot_facing, (NUM_NPCS, 2))], axis=-1)
 
     def set_tag(self, state: EnvState, tag) -> EnvState:
         """Set the strategy tag (0 Surround, 1 Aggressive, 2 Flank, 3 Retreat).

@@ -10,7 +10,9 @@ import numpy as np
 from .env import Arena
 from .types import BOT_TYPES, EnvParams
 
-REGISTERED_IDS = ("Arena-v0",)
+# "ArenaFacing-v0" is the same arena with the bot's facing appended to each
+# observation (obs_size 25); see `Arena.__init__`.
+REGISTERED_IDS = ("Arena-v0", "ArenaFacing-v0")
 _ARRAY_FIELDS = {"boxes": (None, 4), "npc_spawn": (4,), "bot_spawn": (4,)}
 
 
@@ -18,7 +20,8 @@ def make(env_id: str = "Arena-v0", bot: str | int | None = None, **overrides) ->
     """Create an environment and its default params.
 
     Args:
-        env_id: one of `REGISTERED_IDS`.
+        env_id: one of `REGISTERED_IDS`: "Arena-v0" (the paper's 23-float
+            observation) or "ArenaFacing-v0" (plus the bot's facing, 25 floats).
         bot: "aggressive", "evasive" or "balanced" (or its index); default balanced.
         **overrides: any `EnvParams` field, e.g. `episode_s=60.0`.
 
@@ -33,7 +36,7 @@ def make(env_id: str = "Arena-v0", bot: str | int | None = None, **overrides) ->
         overrides["bot_type"] = bot_index(bot)
     params = EnvParams(**_checked_overrides(overrides))
     check_geometry(params)
-    return Arena(params), params
+    return Arena(params, observe_facing=env_id == "ArenaFacing-v0"), params
 
 
 def bot_index(bot: str | int) -> int:

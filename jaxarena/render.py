@@ -17,7 +17,6 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from .env import Arena, outcome_of
-from .observe import observe
 from .types import BOT_TYPES, NUM_ACTIONS, TAGS, EnvParams, EnvState, ticks
 
 Policy = Callable[[jax.Array, jax.Array], jax.Array]  # (key, obs (5, 23)) -> actions (5,)
@@ -55,7 +54,7 @@ def record_episode(env: Arena, params: EnvParams, policy: Policy, key: jax.Array
         def tick(carry, step_key):
             state, finished, outcome = carry
             policy_key, env_key = jax.random.split(step_key)
-            actions = policy(policy_key, observe(state, params))
+            actions = policy(policy_key, env.observe(state, params))
             new_state, _, terminated, truncated, _ = env.step_env(env_key, state, actions, params)
             now_done = (terminated | truncated) & ~finished
             outcome = jnp.where(now_done, outcome_of(new_state), outcome)

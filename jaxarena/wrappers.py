@@ -20,7 +20,6 @@ import numpy as np
 from flax import struct
 
 from .env import Arena
-from .observe import observe
 from .types import NUM_ACTIONS, NUM_NPCS, OBS_SIZE, EnvParams, EnvState
 
 
@@ -141,12 +140,15 @@ class MultiAgentArena:
         self.num_agents = NUM_NPCS
         self.agents = [f"npc_{i}" for i in range(NUM_NPCS)]
         self.world_state = world_state
-        self.observation_spaces = {a: Box(0.0, 1.0, (OBS_SIZE,)) for a in self.agents}
+        self.obs_size = self._env.obs_size
+        # Table 3's floats lie in [0, 1]; the optional bot facing is a unit vector.
+        low = np.where(np.arange(self.obs_size) < OBS_SIZE, 0.0, -1.0).astype(np.float32)
+        self.observation_spaces = {a: Box(low, 1.0, (self.obs_size,)) for a in self.agents}
         self.action_spaces = {a: Discrete(NUM_ACTIONS) for a in self.agents}
 
     @property
     def name(self) -> str:
-        return "jaxarena.Arena-v0"
+        return f"jaxarena.{self._env.env_id}"
 
     @property
     def agent_classes(self) -> dict:
@@ -159,12 +161,12 @@ class MultiAgentArena:
         return self.action_spaces[agent]
 
     def world_state_size(self) -> int:
-        return NUM_NPCS * OBS_SIZE
+        return NUM_NPCS * self.obs_size
 
     def _obs_dict(self, obs: jax.Array) -> dict[str, jax.Array]:
         out = {a: obs[i] for i, a in enumerate(self.agents)}
         if self.world_state:
-            out["world_state"] = jnp.broadcast_to(obs.reshape(-1), (NUM_NPCS, NUM_NPCS * OBS_SIZE))
+            out["world_state"] = jnp.broadcast_to(obs.reshape(-1), (NUM_NPCS, NUM_NPCS * self.obs_size))
         return out
 
     def reset(self, key: jax.Array):
@@ -172,14 +174,14 @@ class MultiAgentArena:
         return self._obs_dict(obs), state
 
     def get_obs(self, state: EnvState) -> dict[str, jax.Array]:
-        return self._obs_dict(observe(state, self.params))
+        return self._obs_dict(self._env.observe(state, self.params))
 
     def step(self, key: jax.Array, state: EnvState, actions: dict[str, Any], reset_state: EnvState | None = None):
         stacked = jnp.stack([jnp.asarray(actions[a]).reshape(()) for a in self.agents]).astype(jnp.int32)
         obs, next_state, reward, done, info = self._env.step(key, state, stacked, self.params)
         if reset_state is not None:
             next_state = jax.tree.map(lambda r, s: jnp.where(done, r, s), reset_state, next_state)
-            obs = jnp.where(done, observe(reset_state, self.params), obs)
+            obs = jnp.where(done, self._env.observe(reset_state, self.params), obs)
         dead = next_state.npc_hp <= 0.0
         dones = {a: dead[i] | done for i, a in enumerate(self.agents)}
         dones["__all__"] = done

@@ -41,7 +41,7 @@ from .selector import FEATURE_NAMES, TagSelector
 
 #: fn(features (N, 5) f32, prev_tags (N,) i32, done (N,) bool, time_s () f32, key) -> tags (N,) i32
 TagFn = Callable[[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array], jax.Array]
-#: policy(params, obs (5, 23), key) -> actions (5,) int32, for one arena; jittable.
+#: policy(params, obs (5, obs_size), key) -> actions (5,) int32, for one arena; jittable.
 Policy = Callable[[Any, jax.Array, jax.Array], jax.Array]
 
 
@@ -151,7 +151,7 @@ def make_rollout(
 
     Args:
       env: a `jaxarena.Arena` (reset/step/set_tag, as `jaxarena.make` returns).
-      policy: jittable `policy(params, obs (5, 23), key) -> actions (5,)` for
+      policy: jittable `policy(params, obs (5, env.obs_size), key) -> actions (5,)` for
         one arena; it is vmapped over episodes here.
       tag_source: see the module docstring.
       num_episodes: episodes run at once (one vmapped batch).

@@ -67,8 +67,10 @@ def evaluate(
         cells = runner.run()
         policies = {}
         for comb in config.combinations:
-            _, _, checksum, source = runner.policy(comb)
-            policies[comb] = {"spec": config.policy_for(comb), "source": source, "sha256": checksum}
+            policy, _, checksum, source = runner.policy(comb)
+            policies[comb] = {
+                "spec": config.policy_for(comb), "source": source, "sha256": checksum, "env_id": policy.env_id
+            }
         llm = runner.llm_identity() if "B" in config.combinations else None
     finally:
         runner.close()

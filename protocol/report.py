@@ -316,7 +316,7 @@ def render_report(summary: dict, figures: Sequence[str] = ()) -> str:
         (f"- LLM: {lc.get('calls', 0)} batched calls, {lc.get('decisions', 0)} decisions, "
          f"{lc.get('distinct_prompts', 0)} distinct prompts, {lc.get('llm_requests', 0)} sent to the model, "
          f"{lc.get('cache_hits', 0)} cache hits, {lc.get('fallback_total', 0)} fallbacks."),
-        "- Policies: " + ", ".join(f"{k}: `{v['source']}` ({v['sha256'][:19]}…)" for k, v in summary["policies"].items()),
+        "- Policies: " + ", ".join(f"{k}: `{v['source']}` ({v['sha256'][:19]}…, {v.get('env_id', 'Arena-v0')})" for k, v in summary["policies"].items()),
         "- Versions, seeds, checksums and every number above: `summary.json`.", "",
     ]
     return "\n".join(lines)

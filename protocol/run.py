@@ -113,7 +113,12 @@ def resolve_policy(spec: str, greedy: bool = False):
         if name not in fns:
             raise ValueError(f"unknown scripted policy {name!r}; choose from {sorted(fns)}")
         fn = fns[name]
-        return (lambda params, obs, key: fn(obs, key)), None, "sha256:" + _sha(spec.encode()), spec
+
+        def scripted(params, obs, key):
+            return fn(obs, key)
+
+        scripted.env_id = "Arena-v0"
+        return scripted, None, "sha256:" + _sha(spec.encode()), spec
     from jaxarena.algorithms.checkpoint import load_policy, resolve_path
 
     try:
@@ -350,8 +355,8 @@ class ProtocolRunner:
         import jaxarena
 
         c = self.config
-        params = self.policy(combination)[1]
-        env, env_params = jaxarena.make("Arena-v0", bot=bot)
+        policy, params = self.policy(combination)[:2]
+        env, env_params = jaxarena.make(policy.env_id, bot=bot)
         selector, before, n_records = None, None, 0
         if combination == "A":
             tag_source = c.tag_a

@@ -6,6 +6,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from conftest import build_state
 
 import jaxarena
@@ -81,3 +82,48 @@ def test_llm_features_are_the_table10_state():
     nearest = min(np.hypot(*(npc[i] - [14.0, 12.0])) for i in range(5) if hp[i] > 0)  # NPC 2 is dead
     np.testing.assert_allclose(feats, [240.0, 150.0 / 4, 4.0, 1.0, nearest], rtol=1e-6)
     assert jaxarena.LLM_FEATURES == ("bot_hp", "avg_npc_hp", "npcs_alive", "bot_moving", "nearest_npc_distance")
+
+
+def test_facing_variant_appends_the_bots_facing_to_table3():
+    """ "ArenaFacing-v0" = Table 3's 23 floats, then the bot's facing (x, z), at reset, step and final_obs."""
+    plain, params = jaxarena.make("Arena-v0", bot="evasive")
+    facing, _ = jaxarena.make("ArenaFacing-v0", bot="evasive")
+    assert (plain.obs_size, facing.obs_size) == (23, 25)
+    assert (plain.env_id, facing.env_id) == ("Arena-v0", "ArenaFacing-v0")
+
+    @jax.jit
+    def rollout(key):
+        obs, state = facing.reset(key, params)
+        first = (obs, plain.observe(state, params), state.bot_facing)
+
+        def tick(state, key):
+            actions = jax.random.randint(key, (5,), 0, 6)
+            obs, state, _, _, info = facing.step(key, state, actions, params)
+            return state, (obs, plain.observe(state, params), state.bot_facing, info["final_obs"])
+
+        return first, jax.lax.scan(tick, state, jax.random.split(key, 300))[1]
+
+    (obs0, plain0, facing0), (obs, plain_obs, bot_facing, final_obs) = rollout(jax.random.key(3))
+    chex.assert_shape([obs0, obs, final_obs], [(5, 25), (300, 5, 25), (300, 5, 25)])
+    np.testing.assert_array_equal(obs0[:, :23], plain0)
+    np.testing.assert_array_equal(obs0[:, 23:], np.broadcast_to(facing0, (5, 2)))
+    np.testing.assert_array_equal(obs[..., :23], plain_obs)
+    np.testing.assert_array_equal(obs[..., 23:], np.broadcast_to(bot_facing[:, None, :], (300, 5, 2)))
+    np.testing.assert_allclose(np.linalg.norm(obs[..., 23:], axis=-1), 1.0, atol=1e-5)
+    # The evasive bot turns: the appended facing is live, not a constant.
+    assert np.unique(np.round(obs[:, 0, 23:], 3), axis=0).shape[0] > 3
+
+
+def test_a_policy_refuses_an_observation_of_the_wrong_size():
+    from jaxarena.algorithms.checkpoint import make_policy
+    from jaxarena.algorithms.config import PPOConfig
+    from jaxarena.algorithms.networks import ActorCritic
+
+    config = PPOConfig(combination="B", env_id="ArenaFacing-v0")
+    net = ActorCritic(**config.network_kwargs())
+    params = net.init(jax.random.key(0), jnp.zeros((1, 25)))
+    policy = make_policy(config, greedy=True)
+    assert policy.env_id == "ArenaFacing-v0"
+    assert policy(params, jnp.zeros((5, 25))).shape == (5,)
+    with pytest.raises(ValueError, match="ArenaFacing-v0"):
+        policy(params, jnp.zeros((5, 23)))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import jax
 import numpy as np
+import pytest
 from PIL import Image
 
 import jaxarena
@@ -69,3 +70,14 @@ def test_render_script_writes_a_gif(tmp_path):
     assert result.returncode == 0, result.stderr
     assert out.exists() and Image.open(out).n_frames > 1
     assert "GIF" in result.stdout
+
+
+@pytest.mark.skipif(not (ROOT / "algorithms" / "pretrained" / "A" / "config.json").exists(), reason="no packaged A")
+def test_render_script_plays_a_trained_policy(tmp_path):
+    out = tmp_path / "a.gif"
+    cmd = [sys.executable, str(ROOT / "scripts" / "render.py"), "--policy", "A", "--bot", "aggressive"]
+    result = subprocess.run([*cmd, "--every", "10", "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "npc_win" in result.stdout and Image.open(out).n_frames > 1  # the packaged A beats this bot
+    bad = subprocess.run([*cmd, "--policy", "no/such/run"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "no/such/run" in bad.stderr

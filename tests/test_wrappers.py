@@ -6,6 +6,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import jaxarena
 from jaxarena.wrappers import LogWrapper
@@ -26,8 +27,10 @@ def test_log_wrapper_reports_finished_episodes():
     assert int(state.episode_length) == 0 and np.all(np.asarray(state.episode_returns) == 0)
 
 
-def test_jaxmarl_view_spaces_contain_observations_and_sample_actions():
-    env = jaxarena.make_jaxmarl("Arena-v0", bot="balanced")
+@pytest.mark.parametrize(("env_id", "obs_size"), [("Arena-v0", 23), ("ArenaFacing-v0", 25)])
+def test_jaxmarl_view_spaces_contain_observations_and_sample_actions(env_id, obs_size):
+    env = jaxarena.make_jaxmarl(env_id, bot="balanced")
+    assert env.name == f"jaxarena.{env_id}"
     assert env.agents == [f"npc_{i}" for i in range(5)] and env.num_agents == 5
     obs, state = env.reset(jax.random.key(0))
     step = jax.jit(env.step)
@@ -39,7 +42,7 @@ def test_jaxmarl_view_spaces_contain_observations_and_sample_actions():
         obs, state, rewards, dones, infos = step(ks[5], state, actions)
         for a in env.agents:
             assert env.observation_space(a).contains(obs[a]), (t, a)
-    assert env.observation_space("npc_0").shape == (23,) and env.action_space("npc_0").n == 6
+    assert env.observation_space("npc_0").shape == (obs_size,) and env.action_space("npc_0").n == 6
     avail = env.get_avail_actions(state)
     assert set(avail) == set(env.agents) and avail["npc_3"].shape == (6,)
 

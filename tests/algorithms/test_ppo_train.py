@@ -53,6 +53,25 @@ def test_recipe_b_draws_tags_and_writes_them_into_obs(tiny):
     assert len(set(np.asarray(rs0.env_state.tag).tolist())) > 1  # 6 uniform draws, seeded: not all equal
 
 
+def test_recipe_b_draws_only_from_its_tags_on_the_facing_arena():
+    config = TINY.replace(tags=(2, 3), env_id="ArenaFacing-v0", tag_period_ticks=4)
+    trainer = make_trainer(config, mesh=None)
+    rs = jax.jit(trainer.init)(jax.random.PRNGKey(0))
+    seen = set()
+    for _ in range(3):  # 16-tick rollouts, tags redrawn every 4 ticks
+        rs, metrics = jax.jit(trainer.run_updates, static_argnums=1)(rs, 1)
+        seen |= set(np.asarray(rs.env_state.tag).tolist())
+        obs = np.asarray(rs.obs)
+        chex.assert_shape(obs, (6, 5, 25))
+        np.testing.assert_allclose(obs[..., 23:], np.repeat(np.asarray(rs.env_state.bot_facing)[:, None], 5, 1))
+    assert seen == {2, 3}
+    chex.assert_tree_all_finite(metrics["total_loss"])
+    with pytest.raises(ValueError, match="tags"):
+        TINY.replace(tags=(4,))
+    with pytest.raises(ValueError, match="env_id"):
+        TINY.replace(env_id="Arena-v1")
+
+
 def test_checkpoint_resume_equals_uninterrupted(tiny, tmp_path):
     trainer, run, rs0, (half, _) = tiny
     straight, m_straight = run(rs0, 4)
