@@ -65,7 +65,7 @@ class PPOConfig:
     seed: int = 0
     shaping_weight: float | None = None  # None: 0 for A, 1 for B
     tag_period_ticks: int = 50
-    tags: tuple[int, ...] = (0, 1, 2, 3)  # the tags recipe B draws from, uniformly (repeat one to weight it)
+    tags: tuple[int, ...] = (0, 1, 2, 3)  # recipe B draws from these, uniformly (repeat one to weight it); A: unused
     init_from: str | None = None  # warm start: policy params of this run dir / packaged name (record only)
 
     def __post_init__(self):

@@ -200,10 +200,11 @@ def make_trainer(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Trainer
         if config.combination != "B":
             return state, obs
         # With the default tags (0..3) this indexes an identity table: the same draws as randint(0, 4).
-        new = jnp.asarray(config.tags, jnp.int32)[jax.random.randint(key, (n_envs,), 0, len(config.tags))]
+        pick = jax.random.randint(key, (n_envs,), 0, len(config.tags), dtype=jnp.int32)
+        new = jnp.asarray(config.tags, jnp.int32)[pick]
         tag = jnp.where(state.t % config.tag_period_ticks == 0, new, state.tag)
         state = v_set_tag(state, tag)
-        # The tag is the last obs float; patch it rather than re-observing.
+        # The tag is obs[22]; patch it rather than re-observing.
         obs = obs.at[:, :, TAG_INDEX].set((tag.astype(jnp.float32) / (NUM_TAGS - 1))[:, None])
         return state, obs
 

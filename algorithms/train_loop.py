@@ -220,6 +220,10 @@ def main(argv=None) -> int:
         from .checkpoint import load_params
 
         src_config, params = load_params(config.init_from)
+        if src_config.env_id != config.env_id:
+            raise SystemExit(
+                f"--init-from {config.init_from}: trained on {src_config.env_id}, this run uses {config.env_id}"
+            )
         if src_config.network_kwargs() != config.network_kwargs():
             raise SystemExit(
                 f"--init-from {config.init_from}: network {src_config.network_kwargs()} "

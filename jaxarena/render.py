@@ -19,7 +19,7 @@ from PIL import Image, ImageDraw
 from .env import Arena, outcome_of
 from .types import BOT_TYPES, NUM_ACTIONS, TAGS, EnvParams, EnvState, ticks
 
-Policy = Callable[[jax.Array, jax.Array], jax.Array]  # (key, obs (5, 23)) -> actions (5,)
+Policy = Callable[[jax.Array, jax.Array], jax.Array]  # (key, obs (5, env.obs_size)) -> actions (5,)
 
 _BG, _ZONE_NPC, _ZONE_BOT = (245, 243, 236), (214, 228, 247), (247, 218, 214)
 _BOX, _NPC, _BOT, _DEAD, _ORB = (120, 120, 128), (40, 90, 200), (200, 50, 40), (170, 170, 170), (240, 180, 0)

@@ -86,29 +86,33 @@ def test_llm_features_are_the_table10_state():
 
 def test_facing_variant_appends_the_bots_facing_to_table3():
     """ "ArenaFacing-v0" = Table 3's 23 floats, then the bot's facing (x, z), at reset, step and final_obs."""
-    plain, params = jaxarena.make("Arena-v0", bot="evasive")
-    facing, _ = jaxarena.make("ArenaFacing-v0", bot="evasive")
+    plain, params = jaxarena.make("Arena-v0", bot="evasive", episode_s=10.0)  # 100-tick episodes: resets happen
+    facing, _ = jaxarena.make("ArenaFacing-v0", bot="evasive", episode_s=10.0)
     assert (plain.obs_size, facing.obs_size) == (23, 25)
     assert (plain.env_id, facing.env_id) == ("Arena-v0", "ArenaFacing-v0")
+
+    def with_facing(state):
+        return jnp.concatenate([plain.observe(state, params), jnp.broadcast_to(state.bot_facing, (5, 2))], -1)
 
     @jax.jit
     def rollout(key):
         obs, state = facing.reset(key, params)
-        first = (obs, plain.observe(state, params), state.bot_facing)
+        first = (obs, with_facing(state))
 
         def tick(state, key):
             actions = jax.random.randint(key, (5,), 0, 6)
-            obs, state, _, _, info = facing.step(key, state, actions, params)
-            return state, (obs, plain.observe(state, params), state.bot_facing, info["final_obs"])
+            ended, *_ = facing.step_env(key, state, actions, params)  # the pre-reset state `step` reports on
+            obs, state, _, done, info = facing.step(key, state, actions, params)
+            return state, (obs, with_facing(state), info["final_obs"], with_facing(ended), done)
 
         return first, jax.lax.scan(tick, state, jax.random.split(key, 300))[1]
 
-    (obs0, plain0, facing0), (obs, plain_obs, bot_facing, final_obs) = rollout(jax.random.key(3))
+    (obs0, want0), (obs, want, final_obs, want_final, done) = rollout(jax.random.key(3))
     chex.assert_shape([obs0, obs, final_obs], [(5, 25), (300, 5, 25), (300, 5, 25)])
-    np.testing.assert_array_equal(obs0[:, :23], plain0)
-    np.testing.assert_array_equal(obs0[:, 23:], np.broadcast_to(facing0, (5, 2)))
-    np.testing.assert_array_equal(obs[..., :23], plain_obs)
-    np.testing.assert_array_equal(obs[..., 23:], np.broadcast_to(bot_facing[:, None, :], (300, 5, 2)))
+    assert int(np.sum(done)) >= 2
+    np.testing.assert_array_equal(obs0, want0)
+    np.testing.assert_array_equal(obs, want)
+    np.testing.assert_array_equal(final_obs, want_final)
     np.testing.assert_allclose(np.linalg.norm(obs[..., 23:], axis=-1), 1.0, atol=1e-5)
     # The evasive bot turns: the appended facing is live, not a constant.
     assert np.unique(np.round(obs[:, 0, 23:], 3), axis=0).shape[0] > 3

@@ -24,10 +24,13 @@ def test_packaged_a_loads_and_beats_the_aggressive_bot():
 
 @pytest.fixture(scope="module")
 def b_tag_response():
-    """The packaged B under each fixed tag, 64 paired episodes per (bot, tag), all three bots."""
+    """The packaged B under each fixed tag, 128 paired episodes per (bot, tag), all three bots.
+
+    The same measurement as docs/training.md's "Flank, measured" table (seed 7).
+    """
     policy, params = load_policy("B")
     act = jax.jit(lambda obs, key: policy(params, obs, key))
-    return tag_response(act, n=64, seed=7, env_id=policy.env_id)
+    return tag_response(act, n=128, seed=7, env_id=policy.env_id)
 
 
 def _paired_gain(per_episode: np.ndarray, tag: int, than: int) -> tuple[float, float]:
@@ -50,7 +53,13 @@ def test_packaged_b_keeps_away_under_retreat_and_closes_in_under_aggressive(b_ta
 @needs("B")
 @pytest.mark.slow
 def test_packaged_b_flank_raises_lateral_share(b_tag_response):
-    """Flank pays for bearings of 60-120 degrees; Aggressive for closing in. The lateral share must rise."""
+    """Flank pays for bearings of 60-120 degrees; Aggressive for closing in. The lateral share must rise.
+
+    Averaged over the three bots: the rise comes from the evasive bot. Against
+    the balanced bot alone it is only +0.01 to +0.03, and against the
+    aggressive bot (every NPC in melee) no tag moves the share (see
+    docs/training.md).
+    """
     gain, se = _paired_gain(b_tag_response["lateral_share"], FLANK, AGGRESSIVE)
     assert gain > 0.02 and gain - 3 * se > 0, (gain, se)
 

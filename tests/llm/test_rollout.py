@@ -111,6 +111,22 @@ def test_latency_steps_delays_the_new_tag(arena):
         make_rollout(env, params, passive_policy, 0, 2, latency_steps=50)
 
 
+def test_the_policy_sees_the_tag_it_acts_under(arena):
+    """The tag changes at a period's first tick; that tick's action must already see it in obs[22]."""
+    env, params = arena
+    seen = []
+
+    def recording_policy(params, obs, key):
+        jax.debug.callback(lambda t: seen.append(np.asarray(t)), obs[..., 22])
+        return passive_policy(params, obs, key)
+
+    rollout_with_llm(env, params, recording_policy, None, jax.random.key(6), schedule_tags([2, 1]),
+                     num_episodes=3, num_periods=2, initial_tag=0)
+    tags = np.round(np.concatenate([np.ravel(t) for t in seen]) * 3).astype(int)
+    assert tags.size == 3 * 5 * 100 and (tags > 0).all(), np.unique(tags, return_counts=True)
+    np.testing.assert_array_equal(np.unique(tags, return_counts=True)[1], [750, 750])
+
+
 def test_finished_episodes_are_frozen():
     # Short episodes: every one times out at 10 s, within the 3 periods run.
     env, params = jaxarena.make("Arena-v0", bot="evasive", episode_s=10.0)
