@@ -73,14 +73,19 @@ def run_episodes(
     NPC-ticks in the bot's lateral arcs, 60 < |theta| < 120 degrees).
     """
     env, params = jaxarena.make(env_id, bot=bot, **env_overrides)
-    max_ticks = int(ticks(params.episode_s, params.dt)) + 1
+    play = _episode_player(act, env, n, int(ticks(params.episode_s, params.dt)) + 1)
+    # params and tag as compile-time constants: the program (and its float results) as it always was.
+    return _summary(jax.jit(lambda key: play(key, params, jnp.int32(tag)))(jax.random.PRNGKey(seed)))
 
-    @jax.jit
-    def play(key):
+
+def _episode_player(act, env, n: int, max_ticks: int):
+    """`play(key, params, tag) -> per-episode sums`, to be jitted by the caller."""
+
+    def play(key, params, tag):
         k_reset, k_run = jax.random.split(key)
         obs, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(k_reset, n), params)
         state = jax.vmap(env.set_tag)(state, jnp.full((n,), tag, jnp.int32))
-        obs = obs.at[:, :, TAG_INDEX].set(jnp.float32(tag) / (NUM_TAGS - 1))
+        obs = obs.at[:, :, TAG_INDEX].set(tag.astype(jnp.float32) / (NUM_TAGS - 1))
 
         def body(carry, key):
             obs, state, live, acc = carry
@@ -115,7 +120,11 @@ def run_episodes(
         (_, _, _, acc), _ = jax.lax.scan(body, (obs, state, jnp.ones(n, bool), acc), jax.random.split(k_run, max_ticks))
         return acc
 
-    acc = jax.device_get(play(jax.random.PRNGKey(seed)))
+    return play
+
+
+def _summary(acc) -> dict[str, np.ndarray]:
+    acc = jax.device_get(acc)
     live_ticks = np.maximum(acc["ticks"], 1)
     return {
         "outcome": acc["outcome"],
@@ -164,9 +173,15 @@ def tag_response(
     `mean_distance`, `lateral_share` and `npc_win` (0/1), as `run_episodes`
     defines them; average over axes 0 and 2 for one figure per tag.
     """
-    cells = [
-        [run_episodes(act, bot, n=n, seed=seed, tag=tag, env_id=env_id) for tag in range(NUM_TAGS)] for bot in bots
-    ]
+    env, _ = jaxarena.make(env_id)
+    play = None
+    cells = []
+    for bot in bots:
+        _, params = jaxarena.make(env_id, bot=bot)
+        if play is None:  # params and tag traced: one compile for all the cells
+            play = jax.jit(_episode_player(act, env, n, int(ticks(params.episode_s, params.dt)) + 1))
+        key = jax.random.PRNGKey(seed)
+        cells.append([_summary(play(key, params, jnp.int32(tag))) for tag in range(NUM_TAGS)])
     return {
         "mean_distance": np.array([[c["mean_distance"] for c in row] for row in cells]),
         "lateral_share": np.array([[c["lateral_share"] for c in row] for row in cells]),
