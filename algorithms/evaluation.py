@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxarena
-from jaxarena.observe import TAG as TAG_INDEX
+from jaxarena.observe import with_tag
 from jaxarena.physics import norm
 from jaxarena.rewards import bearing_cos_sin
 from jaxarena.types import NUM_TAGS, ticks
@@ -85,7 +85,7 @@ def _episode_player(act, env, n: int, max_ticks: int):
         k_reset, k_run = jax.random.split(key)
         obs, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(k_reset, n), params)
         state = jax.vmap(env.set_tag)(state, jnp.full((n,), tag, jnp.int32))
-        obs = obs.at[:, :, TAG_INDEX].set(tag.astype(jnp.float32) / (NUM_TAGS - 1))
+        obs = with_tag(obs, tag)
 
         def body(carry, key):
             obs, state, live, acc = carry
@@ -173,17 +173,25 @@ def tag_response(
     `mean_distance`, `lateral_share` and `npc_win` (0/1), as `run_episodes`
     defines them; average over axes 0 and 2 for one figure per tag.
     """
-    env, _ = jaxarena.make(env_id)
-    play = None
+    env, default = jaxarena.make(env_id)
+    # params and tag are traced: one compile serves every cell.
+    play = jax.jit(_episode_player(act, env, n, int(ticks(default.episode_s, default.dt)) + 1))
+    key = jax.random.PRNGKey(seed)
     cells = []
     for bot in bots:
-        _, params = jaxarena.make(env_id, bot=bot)
-        if play is None:  # params and tag traced: one compile for all the cells
-            play = jax.jit(_episode_player(act, env, n, int(ticks(params.episode_s, params.dt)) + 1))
-        key = jax.random.PRNGKey(seed)
+        params = default.replace(bot_type=jaxarena.bot_index(bot))
         cells.append([_summary(play(key, params, jnp.int32(tag))) for tag in range(NUM_TAGS)])
     return {
         "mean_distance": np.array([[c["mean_distance"] for c in row] for row in cells]),
         "lateral_share": np.array([[c["lateral_share"] for c in row] for row in cells]),
         "npc_win": np.array([[c["outcome"] == 1 for c in row] for row in cells], dtype=np.float64),
     }
+
+
+def paired_gain(per_episode: np.ndarray, tag: int, than: int) -> tuple[float, float]:
+    """Mean and standard error of (`tag` - `than`) over paired episodes, averaging the bots first.
+
+    `per_episode` is one of `tag_response`'s (bots, tags, n) arrays.
+    """
+    gain = (per_episode[:, tag] - per_episode[:, than]).mean(axis=0)
+    return float(gain.mean()), float(gain.std(ddof=1) / np.sqrt(gain.size))

@@ -31,8 +31,8 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jaxarena
-from jaxarena.observe import TAG as TAG_INDEX
-from jaxarena.types import BOT_TYPES, BOT_WIN, NPC_WIN, NUM_TAGS, TIMEOUT
+from jaxarena.observe import with_tag
+from jaxarena.types import BOT_TYPES, BOT_WIN, NPC_WIN, TIMEOUT
 
 from .config import PPOConfig
 from .networks import ActorCritic
@@ -204,8 +204,7 @@ def make_trainer(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Trainer
         new = jnp.asarray(config.tags, jnp.int32)[pick]
         tag = jnp.where(state.t % config.tag_period_ticks == 0, new, state.tag)
         state = v_set_tag(state, tag)
-        # The tag is obs[22]; patch it rather than re-observing.
-        obs = obs.at[:, :, TAG_INDEX].set((tag.astype(jnp.float32) / (NUM_TAGS - 1))[:, None])
+        obs = with_tag(obs, tag)
         return state, obs
 
     def init(rng: jax.Array) -> RunnerState:

@@ -25,6 +25,7 @@ from jaxarena.algorithms.evaluation import (
     chase_and_orb_policy,
     focus_fire_policy,
     outcome_summary,
+    paired_gain,
     random_policy,
     run_episodes,
     tag_response,
@@ -108,8 +109,8 @@ def main():
                 ("retreat_minus_aggressive_distance", "mean_distance", 3, 1),
                 ("flank_minus_aggressive_lateral", "lateral_share", 2, 1),
             ):
-                gain = (resp[key][:, tag] - resp[key][:, than]).mean(axis=0)
-                gains[name] = {"mean": float(gain.mean()), "se": float(gain.std(ddof=1) / np.sqrt(gain.size))}
+                mean, se = paired_gain(resp[key], tag, than)
+                gains[name] = {"mean": mean, "se": se}
             print(json.dumps({"policy": label, "paired_gains": gains, "n": args.episodes, "seed": args.seed}))
         if args.markdown:
             print("\n| policy | bot | tag | mean NPC-bot distance (u) | lateral share | NPC win |")

@@ -45,6 +45,16 @@ def observe(state: EnvState, params: EnvParams) -> jax.Array:
     return jnp.concatenate([own, bot, allies, tag], axis=-1)
 
 
+def with_tag(obs: jax.Array, tag) -> jax.Array:
+    """`obs` (..., 5, obs_size) with its tag slot rewritten for `tag` (one per arena, shape obs.shape[:-2]).
+
+    For callers that change the tag between observing and acting (`set_tag`
+    does not re-observe): cheaper than a new observation, and the same value.
+    """
+    value = jnp.asarray(tag).astype(jnp.float32) / (NUM_TAGS - 1)
+    return obs.at[..., TAG].set(value[..., None])
+
+
 # Order of the five features in `llm_features`, as the Table 10 prompt lists them.
 LLM_FEATURES = ("bot_hp", "avg_npc_hp", "npcs_alive", "bot_moving", "nearest_npc_distance")
 

@@ -36,7 +36,7 @@ import numpy as np
 from flax import struct
 
 import jaxarena
-from jaxarena.observe import TAG as TAG_INDEX
+from jaxarena.observe import with_tag
 
 from .selector import FEATURE_NAMES, TagSelector
 
@@ -206,7 +206,7 @@ def make_rollout(
             apply_now = (step_index % steps_per_period) >= latency_steps
             state = batched_set_tag(state, jnp.where(apply_now, pending_tags, state.tag))
             # The observation was made before this tick's tag change; the policy must see the tag it acts under.
-            obs = carry["obs"].at[..., TAG_INDEX].set((state.tag.astype(jnp.float32) / (jaxarena.NUM_TAGS - 1))[:, None])
+            obs = with_tag(carry["obs"], state.tag)
             keys = jax.vmap(lambda k: jax.random.split(jax.random.fold_in(k, step_index + 1)))(episode_keys)
             actions = batched_policy(policy_params, obs, keys[:, 0])
             obs, next_state, reward, done, info = batched_step(keys[:, 1], state, actions, params)

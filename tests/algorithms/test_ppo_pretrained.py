@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 from jaxarena.algorithms.checkpoint import PRETRAINED_DIR, load_policy
-from jaxarena.algorithms.evaluation import run_episodes, tag_response, wilson_interval
+from jaxarena.algorithms.evaluation import paired_gain, run_episodes, tag_response, wilson_interval
 
 from jaxarena.types import AGGRESSIVE, FLANK, RETREAT_TAG, SURROUND
 
@@ -33,20 +33,14 @@ def b_tag_response():
     return tag_response(act, n=128, seed=7, env_id=policy.env_id)
 
 
-def _paired_gain(per_episode: np.ndarray, tag: int, than: int) -> tuple[float, float]:
-    """Mean over bots and paired episodes of (tag - than), and its standard error."""
-    gain = (per_episode[:, tag] - per_episode[:, than]).mean(axis=0)  # per episode, averaged over bots
-    return float(gain.mean()), float(gain.std(ddof=1) / np.sqrt(gain.size))
-
-
 @needs("B")
 @pytest.mark.slow
 def test_packaged_b_keeps_away_under_retreat_and_closes_in_under_aggressive(b_tag_response):
     dist = b_tag_response["mean_distance"]
-    gain, se = _paired_gain(dist, RETREAT_TAG, AGGRESSIVE)
+    gain, se = paired_gain(dist, RETREAT_TAG, AGGRESSIVE)
     assert gain > 3.0 and gain - 3 * se > 0, (gain, se)
     for other in (SURROUND, FLANK, RETREAT_TAG):
-        gain, se = _paired_gain(dist, other, AGGRESSIVE)
+        gain, se = paired_gain(dist, other, AGGRESSIVE)
         assert gain - 3 * se > 0, (other, gain, se)
 
 
@@ -60,7 +54,7 @@ def test_packaged_b_flank_raises_lateral_share(b_tag_response):
     aggressive bot (every NPC in melee) no tag moves the share (see
     docs/training.md).
     """
-    gain, se = _paired_gain(b_tag_response["lateral_share"], FLANK, AGGRESSIVE)
+    gain, se = paired_gain(b_tag_response["lateral_share"], FLANK, AGGRESSIVE)
     assert gain > 0.02 and gain - 3 * se > 0, (gain, se)
 
 
