@@ -11,7 +11,7 @@ complete, so a kill mid-save leaves the previous checkpoint intact.
 An exported policy (`export_policy`) has the same layout with only `params`.
 
     policy, params = load_policy("runs/a")          # or the packaged "pretrained/A"
-    actions = jax.jit(policy)(params, obs, key)     # obs (5, 23) or (..., 23)
+    actions = jax.jit(policy)(params, obs, key)     # obs (5, obs_size) or (..., obs_size)
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
 import jaxarena
+from jaxarena.files import write_atomic
 
 from .config import PPOConfig
 from .networks import ActorCritic
@@ -36,13 +37,7 @@ PRETRAINED_DIR = Path(__file__).resolve().parent / "pretrained"
 
 def write_config(run_dir: str | Path, config: PPOConfig) -> Path:
     """Write `config.json` atomically (temp file + rename)."""
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / CONFIG_FILE
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(config.to_json())
-    tmp.replace(path)
-    return path
+    return write_atomic(Path(run_dir) / CONFIG_FILE, config.to_json())
 
 
 def read_config(run_dir: str | Path) -> PPOConfig:
@@ -150,8 +145,8 @@ def make_policy(config: PPOConfig, greedy: bool = False) -> Callable:
     """`policy(params, obs, key=None) -> actions` for the network of `config`.
 
     obs: (..., obs_size) float32 from the env the policy was trained on,
-    `policy.env_id` ("Arena-v0": 23 floats, "ArenaFacing-v0": 25), e.g. (5, 23)
-    for one arena or (n, 5, 23); returns int32 actions of shape
+    `policy.env_id` ("Arena-v0": 23 floats, "ArenaFacing-v0": 25), e.g. (5, obs_size)
+    for one arena or (n, 5, obs_size); returns int32 actions of shape
     obs.shape[:-1]. Jittable. With `greedy` the most likely action is taken
     and `key` is ignored; otherwise `key` is required.
     """

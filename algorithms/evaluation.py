@@ -3,56 +3,58 @@
     from jaxarena.algorithms.checkpoint import load_policy
     from jaxarena.algorithms.evaluation import run_episodes, wilson_interval
     policy, params = load_policy("A", greedy=True)
-    res = run_episodes(lambda obs, key: policy(params, obs, key), "aggressive", n=1000)
+    res = run_episodes(policy, params, "aggressive", n=1000)
 
-Each of the `n` arenas runs exactly its first episode (the scan covers the
-longest possible episode; later, auto-reset episodes are ignored). The tag
-is fixed for the whole episode (`tag`), e.g. to test a Combination B policy's
-response to each tag.
+Both functions are the one episode runner (`jaxarena.runner`) with the tag
+held fixed for the whole episode (`tag`), e.g. to test a Combination B
+policy's response to each tag, plus an accumulator of where the squad stood.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 import jaxarena
-from jaxarena.observe import with_tag
+from jaxarena.names import BOT_TYPES, BOT_WIN, NPC_WIN, NUM_TAGS, OUTCOMES, TIMEOUT, tag_index
 from jaxarena.physics import norm
+from jaxarena.policies import Policy
 from jaxarena.rewards import bearing_cos_sin
-from jaxarena.types import NUM_TAGS, ticks
+from jaxarena.runner import Accumulator, Tick, hold_tags, make_runner
 
 
-def focus_fire_policy(obs: jax.Array, key=None) -> jax.Array:
-    """Scripted reference squad: every NPC walks at the bot and melees when it can.
-
-    Reads only the observation: obs[..., 7] is the can-melee flag (Table 3).
-    """
-    return jnp.where(obs[..., 7] > 0.5, 3, 0).astype(jnp.int32)
-
-
-def chase_and_orb_policy(obs: jax.Array, key, fire_prob: float = 0.8, orb_reach: float = 11.0) -> jax.Array:
-    """Scripted reference that also uses orbs: melee when possible; otherwise,
-    within `orb_reach` u of the bot, fire an orb with probability `fire_prob`
-    (the orb cooldown is not observable, and firing on cooldown wastes the
-    tick, hence a random mix), else walk at the bot.
-    """
-    d = obs[..., 6] * jnp.sqrt(2.0) * 30.0  # obs[6] = distance / d_max (default 30x30 arena)
-    fire = (d < orb_reach) & (jax.random.uniform(key, d.shape) < fire_prob)
-    return jnp.where(obs[..., 7] > 0.5, 3, jnp.where(fire, 5, 0)).astype(jnp.int32)
+def _tactics_update(acc: dict, tick: Tick) -> dict:
+    """Living NPC-ticks, their summed distance to the bot, and those in the bot's lateral arcs."""
+    state = tick.state
+    alive = (state.npc_hp > 0.0) & tick.running[:, None]
+    dist = norm(state.npc_pos - state.bot_pos[:, None, :])
+    cos, _ = jax.vmap(bearing_cos_sin)(state.npc_pos, state.bot_pos, state.bot_facing)
+    return {
+        "ticks": acc["ticks"] + jnp.sum(alive, -1),
+        "dist": acc["dist"] + jnp.sum(jnp.where(alive, dist, 0.0), -1),
+        "lateral": acc["lateral"] + jnp.sum(alive & (jnp.abs(cos) < 0.5), -1),
+    }
 
 
-def random_policy(obs: jax.Array, key) -> jax.Array:
-    """Uniform random actions (a floor for comparisons)."""
-    return jax.random.randint(key, obs.shape[:-1], 0, jaxarena.NUM_ACTIONS, dtype=jnp.int32)
+TACTICS = Accumulator(
+    init=lambda n: {"ticks": jnp.zeros(n, jnp.int32), "dist": jnp.zeros(n), "lateral": jnp.zeros(n, jnp.int32)},
+    update=_tactics_update,
+)
+
+
+def _fixed_tag_runner(policy: Policy, env_id: str, n: int, **env_overrides):
+    """`run(policy_params, env_params, key, tag)` holding `tag` (traced) for the whole episode."""
+    env, params = jaxarena.make(env_id, **env_overrides)
+    return make_runner(env, params, policy, hold_tags, n, accumulators={"tactics": TACTICS}), params
 
 
 def run_episodes(
-    act: Callable[[jax.Array, jax.Array], jax.Array],
+    policy: Policy,
+    policy_params: Any,
     bot: str | int,
     n: int = 1000,
     seed: int = 0,
@@ -60,7 +62,7 @@ def run_episodes(
     env_id: str = "Arena-v0",
     **env_overrides,
 ) -> dict[str, np.ndarray]:
-    """Play `n` seeded episodes in parallel with `act(obs (n,5,obs_size), key) -> (n,5) actions`.
+    """Play `n` seeded episodes in parallel with `policy(policy_params, obs, key)` under a fixed `tag`.
 
     `env_id` picks the observation: a policy trained on "ArenaFacing-v0"
     (`policy.env_id`) needs it here too.
@@ -72,67 +74,22 @@ def run_episodes(
     averaged over living NPC-ticks) and `lateral_share` (share of living
     NPC-ticks in the bot's lateral arcs, 60 < |theta| < 120 degrees).
     """
-    env, params = jaxarena.make(env_id, bot=bot, **env_overrides)
-    play = _episode_player(act, env, n, int(ticks(params.episode_s, params.dt)) + 1)
-    # params and tag as compile-time constants: the program (and its float results) as it always was.
-    return _summary(jax.jit(lambda key: play(key, params, jnp.int32(tag)))(jax.random.PRNGKey(seed)))
+    tag = tag_index(tag)
+    run, params = _fixed_tag_runner(policy, env_id, n, bot=bot, **env_overrides)
+    return _summary(run(policy_params, params, jax.random.PRNGKey(seed), jnp.int32(tag)))
 
 
-def _episode_player(act, env, n: int, max_ticks: int):
-    """`play(key, params, tag) -> per-episode sums`, to be jitted by the caller."""
-
-    def play(key, params, tag):
-        k_reset, k_run = jax.random.split(key)
-        obs, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(k_reset, n), params)
-        state = jax.vmap(env.set_tag)(state, jnp.full((n,), tag, jnp.int32))
-        obs = with_tag(obs, tag)
-
-        def body(carry, key):
-            obs, state, live, acc = carry
-            k_act, k_step = jax.random.split(key)
-            actions = act(obs, k_act)
-            alive = (state.npc_hp > 0.0) & live[:, None]
-            dist = norm(state.npc_pos - state.bot_pos[:, None, :])
-            cos, _ = jax.vmap(bearing_cos_sin)(state.npc_pos, state.bot_pos, state.bot_facing)
-            acc = dict(acc)
-            acc["ticks"] += jnp.sum(alive, -1)
-            acc["dist"] += jnp.sum(jnp.where(alive, dist, 0.0), -1)
-            acc["lateral"] += jnp.sum(alive & (jnp.abs(cos) < 0.5), -1)
-            obs, state, reward, done, info = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
-                jax.random.split(k_step, n), state, actions, params
-            )
-            acc["ret"] += jnp.where(live, jnp.mean(reward, -1), 0.0)
-            acc["damage"] += jnp.where(live, jnp.sum(info["damage_dealt"], -1), 0.0)
-            first = live & done
-            acc["outcome"] = jnp.where(first, info["outcome"], acc["outcome"])
-            acc["time"] = jnp.where(first, info["episode_time"], acc["time"])
-            return (obs, state, live & ~done, acc), None
-
-        acc = {
-            "ticks": jnp.zeros(n, jnp.int32),
-            "dist": jnp.zeros(n),
-            "lateral": jnp.zeros(n, jnp.int32),
-            "outcome": jnp.zeros(n, jnp.int32),
-            "time": jnp.zeros(n),
-            "damage": jnp.zeros(n),
-            "ret": jnp.zeros(n),
-        }
-        (_, _, _, acc), _ = jax.lax.scan(body, (obs, state, jnp.ones(n, bool), acc), jax.random.split(k_run, max_ticks))
-        return acc
-
-    return play
-
-
-def _summary(acc) -> dict[str, np.ndarray]:
-    acc = jax.device_get(acc)
-    live_ticks = np.maximum(acc["ticks"], 1)
+def _summary(result) -> dict[str, np.ndarray]:
+    result = jax.device_get(result)
+    tactics = result.extras["tactics"]
+    live_ticks = np.maximum(tactics["ticks"], 1)
     return {
-        "outcome": acc["outcome"],
-        "episode_time": acc["time"],
-        "damage_dealt": acc["damage"],
-        "episode_return": acc["ret"],
-        "mean_distance": acc["dist"] / live_ticks,
-        "lateral_share": acc["lateral"] / live_ticks,
+        "outcome": result.outcome,
+        "episode_time": result.duration_s,
+        "damage_dealt": result.damage_dealt,
+        "episode_return": result.team_return,
+        "mean_distance": tactics["dist"] / live_ticks,
+        "lateral_share": tactics["lateral"] / live_ticks,
     }
 
 
@@ -151,7 +108,8 @@ def outcome_summary(outcome: np.ndarray) -> dict[str, dict[str, float]]:
     """NPC win / bot win / timeout rates with 95% Wilson intervals."""
     n = len(outcome)
     out = {}
-    for code, name in ((1, "npc_win"), (2, "bot_win"), (3, "timeout")):
+    for code in (NPC_WIN, BOT_WIN, TIMEOUT):
+        name = OUTCOMES[code]
         k = int(np.sum(outcome == code))
         lo, hi = wilson_interval(k, n)
         out[name] = {"rate": k / n, "lo": lo, "hi": hi, "count": k}
@@ -160,8 +118,9 @@ def outcome_summary(outcome: np.ndarray) -> dict[str, dict[str, float]]:
 
 
 def tag_response(
-    act: Callable[[jax.Array, jax.Array], jax.Array],
-    bots: tuple[str, ...] = ("aggressive", "evasive", "balanced"),
+    policy: Policy,
+    policy_params: Any,
+    bots: tuple[str, ...] = BOT_TYPES,
     n: int = 256,
     seed: int = 0,
     env_id: str = "Arena-v0",
@@ -173,18 +132,20 @@ def tag_response(
     `mean_distance`, `lateral_share` and `npc_win` (0/1), as `run_episodes`
     defines them; average over axes 0 and 2 for one figure per tag.
     """
-    env, default = jaxarena.make(env_id)
-    # params and tag are traced: one compile serves every cell.
-    play = jax.jit(_episode_player(act, env, n, int(ticks(default.episode_s, default.dt)) + 1))
+    # Bot and tag are traced: one compile serves every cell.
+    run, default = _fixed_tag_runner(policy, env_id, n)
     key = jax.random.PRNGKey(seed)
-    cells = []
-    for bot in bots:
-        params = default.replace(bot_type=jaxarena.bot_index(bot))
-        cells.append([_summary(play(key, params, jnp.int32(tag))) for tag in range(NUM_TAGS)])
+    cells = [
+        [
+            _summary(run(policy_params, default.replace(bot_type=jaxarena.bot_index(bot)), key, jnp.int32(tag)))
+            for tag in range(NUM_TAGS)
+        ]
+        for bot in bots
+    ]
     return {
         "mean_distance": np.array([[c["mean_distance"] for c in row] for row in cells]),
         "lateral_share": np.array([[c["lateral_share"] for c in row] for row in cells]),
-        "npc_win": np.array([[c["outcome"] == 1 for c in row] for row in cells], dtype=np.float64),
+        "npc_win": np.array([[c["outcome"] == NPC_WIN for c in row] for row in cells], dtype=np.float64),
     }
 
 

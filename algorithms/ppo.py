@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -31,8 +31,9 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jaxarena
-from jaxarena.observe import with_tag
-from jaxarena.types import BOT_TYPES, BOT_WIN, NPC_WIN, TIMEOUT
+from jaxarena.names import BOT_TYPES, BOT_WIN, NPC_WIN, TIMEOUT
+from jaxarena.observe import OWN_HP
+from jaxarena.wrappers import LogState, LogWrapper
 
 from .config import PPOConfig
 from .networks import ActorCritic
@@ -45,9 +46,8 @@ class RunnerState:
     """Everything a run carries between updates (and what a checkpoint holds)."""
 
     train_state: TrainState
-    env_state: jaxarena.EnvState  # batched over envs: leaves (num_envs, ...)
-    obs: jax.Array  # (num_envs, 5, 23) float32, the current observation
-    episode_return: jax.Array  # (num_envs,) running return (mean over the 5 NPCs)
+    log_state: LogState  # the arenas and their running episode returns, batched over envs: leaves (num_envs, ...)
+    obs: jax.Array  # (num_envs, 5, obs_size) float32, the current observation
     rng: jax.Array  # (2,) uint32 raw PRNG key (raw, so orbax stores it plainly)
     update: jax.Array  # () int32, updates done so far
 
@@ -175,7 +175,8 @@ def make_trainer(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Trainer
     """
     if isinstance(mesh, str):
         mesh = default_mesh(config.num_envs)
-    env, base_params = jaxarena.make(config.env_id, shaping_weight=config.effective_shaping_weight)
+    arena, base_params = jaxarena.make(config.env_id, shaping_weight=config.effective_shaping_weight)
+    env = LogWrapper(arena)  # episode returns, lengths and outcomes for the metrics
     network = ActorCritic(**config.network_kwargs())
     bot_types = bot_types_for(config)
     n_envs, n_steps = config.num_envs, config.num_steps
@@ -186,7 +187,7 @@ def make_trainer(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Trainer
 
     v_reset = jax.vmap(lambda k, bt: env.reset(k, _env_params(bt)))
     v_step = jax.vmap(lambda k, s, a, bt: env.step(k, s, a, _env_params(bt)))
-    v_set_tag = jax.vmap(env.set_tag)
+    v_retag = jax.vmap(env.retag)
 
     def _shard_env(x):
         """Keep env-axis arrays split over the mesh (a no-op on one device)."""
@@ -195,17 +196,16 @@ def make_trainer(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Trainer
         spec = P(ENV_AXIS, *([None] * (x.ndim - 1)))
         return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
 
-    def _redraw_tags(key, state, obs):
+    def _redraw_tags(key, obs, state):
         """Recipe B: a uniform new tag every tag period (incl. t = 0 after a reset)."""
         if config.combination != "B":
-            return state, obs
+            return obs, state
         # With the default tags (0..3) this indexes an identity table: the same draws as randint(0, 4).
         pick = jax.random.randint(key, (n_envs,), 0, len(config.tags), dtype=jnp.int32)
         new = jnp.asarray(config.tags, jnp.int32)[pick]
-        tag = jnp.where(state.t % config.tag_period_ticks == 0, new, state.tag)
-        state = v_set_tag(state, tag)
-        obs = with_tag(obs, tag)
-        return state, obs
+        arena = state.env_state
+        obs, state = v_retag(obs, state, jnp.where(arena.t % config.tag_period_ticks == 0, new, arena.tag))
+        return obs, state
 
     def init(rng: jax.Array) -> RunnerState:
         rng = jnp.asarray(rng)
@@ -216,13 +216,12 @@ def make_trainer(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Trainer
         schedule = optax.linear_schedule(config.lr, 0.0, n_grad_steps) if config.anneal_lr else config.lr
         tx = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(schedule, eps=1e-5))
         train_state = TrainState.create(apply_fn=network.apply, params=params, tx=tx)
-        obs, env_state = v_reset(jax.random.split(k_env, n_envs), bot_types)
-        env_state, obs = _redraw_tags(k_tag, env_state, obs)
+        obs, log_state = v_reset(jax.random.split(k_env, n_envs), bot_types)
+        obs, log_state = _redraw_tags(k_tag, obs, log_state)
         return RunnerState(
             train_state=train_state,
-            env_state=jax.tree.map(_shard_env, env_state),
+            log_state=jax.tree.map(_shard_env, log_state),
             obs=_shard_env(obs),
-            episode_return=_shard_env(jnp.zeros((n_envs,), jnp.float32)),
             rng=rng,
             update=jnp.int32(0),
         )
@@ -230,20 +229,20 @@ def make_trainer(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Trainer
     def _update_step(runner: RunnerState, _):
         # ---- rollout ------------------------------------------------------
         def _env_step(carry, _):
-            train_state, env_state, obs, ep_ret, rng = carry
+            train_state, log_state, obs, rng = carry
             rng, k_act, k_step, k_tag = jax.random.split(rng, 4)
             pi, value = network.apply(train_state.params, obs)
             action = pi.sample(seed=k_act)
             log_prob = pi.log_prob(action)
-            next_obs, env_state, reward, done, info = v_step(
-                jax.random.split(k_step, n_envs), env_state, action, bot_types
+            next_obs, log_state, reward, done, info = v_step(
+                jax.random.split(k_step, n_envs), log_state, action, bot_types
             )
-            env_state, next_obs = _redraw_tags(k_tag, env_state, next_obs)
+            next_obs, log_state = _redraw_tags(k_tag, next_obs, log_state)
             # V of the state reached, before auto-reset: the truncation bootstrap.
             # Where the episode goes on, `next_value` is replaced after the
             # rollout by V(next obs), which already carries a redrawn tag.
             final_value = network.apply(train_state.params, info["final_obs"], method=ActorCritic.value)
-            alive_after = info["final_obs"][..., 2] > 0.0  # own hp ratio after the step
+            alive_after = info["final_obs"][..., OWN_HP] > 0.0
             terminated = jnp.broadcast_to(info["terminated"][:, None], alive_after.shape)
             died = ~alive_after
             transition = Transition(
@@ -257,20 +256,18 @@ def make_trainer(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Trainer
                 end=jnp.broadcast_to(done[:, None], died.shape) | died,
                 mask=info["alive"],
             )
-            ep_ret = ep_ret + jnp.mean(reward, axis=-1)
             episode = {
                 "done": done,
                 "outcome": info["outcome"],
                 "length": info["episode_time"],
-                "ret": ep_ret,
+                "ret": jnp.mean(info["returned_episode_returns"], axis=-1),
             }
-            ep_ret = jnp.where(done, 0.0, ep_ret)
-            carry = (train_state, env_state, _shard_env(next_obs), _shard_env(ep_ret), rng)
+            carry = (train_state, log_state, _shard_env(next_obs), rng)
             return carry, (transition, episode)
 
-        carry = (runner.train_state, runner.env_state, runner.obs, runner.episode_return, runner.rng)
+        carry = (runner.train_state, runner.log_state, runner.obs, runner.rng)
         carry, (traj, episodes) = jax.lax.scan(_env_step, carry, None, n_steps)
-        train_state, env_state, obs, ep_ret, rng = carry
+        train_state, log_state, obs, rng = carry
         # Bootstrap values: while the episode continues, V(s_{t+1}) is the next
         # step's own estimate (same params; its obs carries any redrawn tag);
         # where it ended, V(final_obs) from the rollout (used at truncations;
@@ -323,14 +320,17 @@ def make_trainer(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Trainer
         update = runner.update + 1
         metrics["update"] = update
         metrics["env_steps"] = update.astype(jnp.float32) * float(config.steps_per_update)
-        runner = RunnerState(train_state, env_state, obs, ep_ret, rng, update)
+        runner = RunnerState(train_state, log_state, obs, rng, update)
         return runner, metrics
 
     def _episode_metrics(ep: dict, alive_mask) -> dict:
         done = ep["done"]
         n = jnp.sum(done)
         denom = jnp.maximum(n, 1)
-        nan_if_none = lambda x: jnp.where(n > 0, x, jnp.nan)
+
+        def nan_if_none(x):
+            return jnp.where(n > 0, x, jnp.nan)
+
         per_bot = jax.nn.one_hot(bot_types, len(BOT_TYPES), dtype=jnp.int32)  # (envs, 3)
 
         def count_per_bot(flag):
@@ -368,12 +368,3 @@ def make_train(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Callable[
         return trainer.run_updates(trainer.init(rng), config.num_updates)
 
     return train
-
-
-def per_bot_rates(metrics: dict[str, Any]) -> dict[str, float]:
-    """Host-side: NPC win rate per bot name from one update's (or summed) counts."""
-    out = {}
-    for i, name in enumerate(BOT_TYPES):
-        n = float(metrics["episodes_per_bot"][i])
-        out[name] = float(metrics["npc_wins_per_bot"][i]) / n if n else float("nan")
-    return out

@@ -232,13 +232,22 @@ def main(argv=None) -> int:
         runner = runner.replace(train_state=runner.train_state.replace(params=params))
         print(f"warm start from {config.init_from} (optimiser state fresh)", flush=True)
     if existing:
-        runner = ckpt.restore(runner)
+        try:
+            runner = ckpt.restore(runner)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SystemExit(
+                f"cannot resume {run_dir}: its checkpoint does not match this version's runner state "
+                f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}). "
+                "Checkpoints written before jaxarena kept episode returns in a LogWrapper cannot be resumed; "
+                "their policies still load (load_policy), and --fresh starts the run over."
+            ) from None
         print(f"resumed {run_dir} at update {int(runner.update)}/{config.num_updates}", flush=True)
     start = int(runner.update)
     log = MetricsLog(run_dir, start)
     devices = jax.devices()
     print(
-        f"combination {config.combination}, bots {', '.join(config.bots)}, {config.num_updates} updates x {config.steps_per_update} env steps, "
+        f"combination {config.combination}, bots {', '.join(config.bots)}, "
+        f"{config.num_updates} updates x {config.steps_per_update} env steps, "
         f"{config.num_envs} envs on {len(devices)} {devices[0].platform} device(s)"
         + (" (sharded)" if trainer.mesh is not None else ""),
         flush=True,
@@ -295,7 +304,8 @@ def main(argv=None) -> int:
     step = ckpt.latest_step()
     ckpt.close()
     print(
-        f"wall time {time.time() - t0:.1f} s; updates {int(runner.update) if not interrupted else step}/{config.num_updates}"
+        f"wall time {time.time() - t0:.1f} s; "
+        f"updates {int(runner.update) if not interrupted else step}/{config.num_updates}"
     )
     print(f"config:      {run_dir / 'config.json'}")
     print(f"checkpoint:  {run_dir / 'checkpoints' / str(step)} (latest)")

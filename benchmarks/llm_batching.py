@@ -1,6 +1,6 @@
 """Concurrency and deduplication of the LLM tag selector, against a slow server.
 
-The test server (`jaxarena.llm.testserver`) answers each request after a fixed
+The test server (`jaxarena.llm.testing`) answers each request after a fixed
 delay (default 200 ms) and works on at most 4 requests at once (its "parallel
 slots", like OLLAMA_NUM_PARALLEL=4). The selector sends through the real
 `OllamaBackend` with 4 requests in flight.
@@ -39,15 +39,15 @@ import numpy as np
 
 from jaxarena.llm.backends.ollama import OllamaBackend
 from jaxarena.llm.selector import TagSelector
-from jaxarena.llm.testserver import ServerProcess
+from jaxarena.llm.testing import ServerProcess
 
 
 def unique_features(n: int) -> np.ndarray:
     """(n, 5) features whose prompts are all different (bot HP and distance vary)."""
     k = np.arange(n)
-    return np.stack(
-        [k % 301, 60.0 - (k // 301) % 61, np.full(n, 5.0), k % 2, 1.0 + 0.1 * (k // 301)], axis=1
-    ).astype(np.float32)
+    return np.stack([k % 301, 60.0 - (k // 301) % 61, np.full(n, 5.0), k % 2, 1.0 + 0.1 * (k // 301)], axis=1).astype(
+        np.float32
+    )
 
 
 def timed_call(selector: TagSelector, feats: np.ndarray) -> float:
@@ -90,10 +90,17 @@ def rollout_overhead(url: str, episodes: int = 100) -> dict:
         host_s = (selector.stats.host_seconds - host_before) / 3
         calls = (selector.stats.calls - calls_before) // 3
         decisions = len(selector.records) // 4
-    return {"phase": "rollout_overhead", "episodes": episodes, "fixed_tag_s": round(fixed_s, 3),
-            "llm_warm_cache_s": round(llm_s, 3), "overhead_s": round(llm_s - fixed_s, 3),
-            "selector_host_s": round(host_s, 4), "callbacks": calls, "decisions": decisions,
-            "requests_with_warm_cache": warm_requests}
+    return {
+        "phase": "rollout_overhead",
+        "episodes": episodes,
+        "fixed_tag_s": round(fixed_s, 3),
+        "llm_warm_cache_s": round(llm_s, 3),
+        "overhead_s": round(llm_s - fixed_s, 3),
+        "selector_host_s": round(host_s, 4),
+        "callbacks": calls,
+        "decisions": decisions,
+        "requests_with_warm_cache": warm_requests,
+    }
 
 
 def emit(record: dict) -> None:
@@ -115,8 +122,17 @@ def main() -> int:
 
     feats = unique_features(args.prompts)
     with ServerProcess(responder=args.responder, models=["mistral"], slots=args.slots, delay_s=args.delay_s) as server:
-        emit({"phase": "setup", "prompts": args.prompts, "delay_s": args.delay_s, "slots": args.slots,
-              "responder": args.responder, "python": platform.python_version(), "machine": platform.machine()})
+        emit(
+            {
+                "phase": "setup",
+                "prompts": args.prompts,
+                "delay_s": args.delay_s,
+                "slots": args.slots,
+                "responder": args.responder,
+                "python": platform.python_version(),
+                "machine": platform.machine(),
+            }
+        )
 
         # Concurrent: one call, 4 requests in flight.
         with TagSelector(OllamaBackend("mistral", server.url, concurrency=args.slots), cache=False) as sel:
@@ -125,10 +141,17 @@ def main() -> int:
             concurrent_s = timed_call(sel, feats)
             stats = server.stats()
             overhead = sel.stats.host_seconds - sel.stats.llm_seconds
-        emit({"phase": "concurrent", "prompts": args.prompts, "seconds": round(concurrent_s, 3),
-              "server_requests": stats["requests"], "max_in_slots": stats["max_in_slots"],
-              "selector_overhead_s": round(overhead, 4),
-              "ideal_s": round(args.prompts * args.delay_s / args.slots, 3)})
+        emit(
+            {
+                "phase": "concurrent",
+                "prompts": args.prompts,
+                "seconds": round(concurrent_s, 3),
+                "server_requests": stats["requests"],
+                "max_in_slots": stats["max_in_slots"],
+                "selector_overhead_s": round(overhead, 4),
+                "ideal_s": round(args.prompts * args.delay_s / args.slots, 3),
+            }
+        )
 
         # Sequential: the same server, one request at a time.
         n_seq = args.prompts if args.full_sequential else min(args.sequential, args.prompts)
@@ -136,9 +159,16 @@ def main() -> int:
             server.reset()
             seq_s = timed_call(sel, feats[:n_seq])
         sequential_s = seq_s * args.prompts / n_seq
-        emit({"phase": "sequential", "prompts_timed": n_seq, "seconds_timed": round(seq_s, 3),
-              "seconds_for_all": round(sequential_s, 3), "scaled": n_seq != args.prompts,
-              "server_requests": server.stats()["requests"]})
+        emit(
+            {
+                "phase": "sequential",
+                "prompts_timed": n_seq,
+                "seconds_timed": round(seq_s, 3),
+                "seconds_for_all": round(sequential_s, 3),
+                "scaled": n_seq != args.prompts,
+                "server_requests": server.stats()["requests"],
+            }
+        )
 
         # Duplicates: each unique prompt three times, shuffled; the server must see it once.
         repeated = np.concatenate([feats, feats, feats])[np.random.default_rng(0).permutation(3 * args.prompts)]
@@ -146,21 +176,41 @@ def main() -> int:
             server.reset()
             dup_s = timed_call(sel, repeated)
             stats = server.stats()
-        emit({"phase": "duplicates", "episodes": len(repeated), "unique_prompts": args.prompts,
-              "seconds": round(dup_s, 3), "server_requests": stats["requests"],
-              "server_unique_prompts": stats["unique_prompts"],
-              "server_duplicate_requests": stats["duplicate_requests"]})
+        emit(
+            {
+                "phase": "duplicates",
+                "episodes": len(repeated),
+                "unique_prompts": args.prompts,
+                "seconds": round(dup_s, 3),
+                "server_requests": stats["requests"],
+                "server_unique_prompts": stats["unique_prompts"],
+                "server_duplicate_requests": stats["duplicate_requests"],
+            }
+        )
 
         if not args.no_rollout:
             server.set_faults(delay_s=0.0)  # filling the cache is not what this phase measures
             emit(rollout_overhead(server.url))
 
     speedup = sequential_s / concurrent_s
-    ok = (concurrent_s < args.target_s and speedup >= args.min_speedup
-          and stats["requests"] == args.prompts and stats["duplicate_requests"] == 0)
-    emit({"phase": "summary", "concurrent_s": round(concurrent_s, 3), "sequential_s": round(sequential_s, 3),
-          "speedup": round(speedup, 2), "duplicates_s": round(dup_s, 3), "target_s": args.target_s,
-          "min_speedup": args.min_speedup, "pass": ok})
+    ok = (
+        concurrent_s < args.target_s
+        and speedup >= args.min_speedup
+        and stats["requests"] == args.prompts
+        and stats["duplicate_requests"] == 0
+    )
+    emit(
+        {
+            "phase": "summary",
+            "concurrent_s": round(concurrent_s, 3),
+            "sequential_s": round(sequential_s, 3),
+            "speedup": round(speedup, 2),
+            "duplicates_s": round(dup_s, 3),
+            "target_s": args.target_s,
+            "min_speedup": args.min_speedup,
+            "pass": ok,
+        }
+    )
     return 0 if ok else 1
 
 

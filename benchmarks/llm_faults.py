@@ -44,7 +44,7 @@ import numpy as np
 
 from jaxarena.llm.backends.ollama import OllamaBackend
 from jaxarena.llm.selector import TagSelector
-from jaxarena.llm.testserver import ServerProcess
+from jaxarena.llm.testing import ServerProcess
 
 CLIENT_TIMEOUT_S = 0.5
 HANG_S = 3.0
@@ -73,7 +73,7 @@ def free_port() -> int:
 
 
 def kind_of(record: dict) -> str:
-    """"ok", or the failure's kind: the error's first word, or the parse fallback."""
+    """ "ok", or the failure's kind: the error's first word, or the parse fallback."""
     if record["error"] is not None:
         return record["error"].split(":")[0]
     return record["fallback"] or "ok"
@@ -129,8 +129,13 @@ def run_scenario(name: str, args) -> dict:
             ins, outs = drive(selector, calls, batch)
             stats = server.stats()
         log_kinds = Counter(kind_of(r) for r in selector.records)
-        fallback_kind = {"timeout": "timeout", "http_500": "http_500", "garbage": "non_numeric",
-                         "empty": "empty", "out_of_range": "out_of_range"}[kind]
+        fallback_kind = {
+            "timeout": "timeout",
+            "http_500": "http_500",
+            "garbage": "non_numeric",
+            "empty": "empty",
+            "out_of_range": "out_of_range",
+        }[kind]
         checks["log_matches_server_faults"] = (
             log_kinds[fallback_kind] == stats["faults"][kind] == sum(stats["faults"].values())
             and log_kinds["ok"] == calls * batch - stats["faults"][kind]
@@ -144,8 +149,9 @@ def run_scenario(name: str, args) -> dict:
         server = ServerProcess(**common, port=port)
         with selector_for(server.url) as selector:
             try:
-                ins, outs = drive(selector, calls, batch,
-                                  before_call=lambda c: server.start() if c == down_calls else None)
+                ins, outs = drive(
+                    selector, calls, batch, before_call=lambda c: server.start() if c == down_calls else None
+                )
                 stats = server.stats()
             finally:
                 server.stop()
@@ -179,7 +185,9 @@ def run_scenario(name: str, args) -> dict:
         during = [kind_of(r) for r in selector.records if kill_call < r["call"] < restart_call]
         killed = Counter(kind_of(r) for r in selector.records if r["call"] == kill_call)
         checks["calls_while_down_are_connect_errors"] = set(during) == {"connect"}
-        checks["kill_hit_in_flight_requests"] = killed["ok"] < batch and killed["ok"] + killed["connect"] + killed["disconnect"] + killed["transport"] == batch
+        checks["kill_hit_in_flight_requests"] = killed["ok"] < batch and (
+            killed["ok"] + killed["connect"] + killed["disconnect"] + killed["transport"] == batch
+        )
         checks["log_matches_restarted_server"] = (
             sum(kind_of(r) == "ok" for r in after) == stats["completed"] == stats["requests"] == len(after)
         )
@@ -213,17 +221,39 @@ def main() -> int:
     parser.add_argument("--bound-s", type=float, default=300.0, help="a scenario must finish within this")
     parser.add_argument("--only", nargs="*", choices=SCENARIOS, default=list(SCENARIOS))
     args = parser.parse_args()
-    print(json.dumps({"bench": "llm_faults", "setup": True, "calls": args.calls, "batch": args.batch,
-                      "slots": args.slots, "client_timeout_s": CLIENT_TIMEOUT_S, "server_hang_s": HANG_S,
-                      "responder": args.responder}), flush=True)
+    print(
+        json.dumps(
+            {
+                "bench": "llm_faults",
+                "setup": True,
+                "calls": args.calls,
+                "batch": args.batch,
+                "slots": args.slots,
+                "client_timeout_s": CLIENT_TIMEOUT_S,
+                "server_hang_s": HANG_S,
+                "responder": args.responder,
+            }
+        ),
+        flush=True,
+    )
     results = []
     for name in args.only:
         result = run_scenario(name, args)
         results.append(result)
         print(json.dumps(result), flush=True)
     ok = all(r["pass"] for r in results)
-    print(json.dumps({"bench": "llm_faults", "summary": True, "scenarios": len(results),
-                      "decisions": sum(r["decisions"] for r in results), "pass": ok}), flush=True)
+    print(
+        json.dumps(
+            {
+                "bench": "llm_faults",
+                "summary": True,
+                "scenarios": len(results),
+                "decisions": sum(r["decisions"] for r in results),
+                "pass": ok,
+            }
+        ),
+        flush=True,
+    )
     return 0 if ok else 1
 
 

@@ -142,6 +142,7 @@ def main() -> None:
     args = ap.parse_args()
 
     import jax
+
     from jaxarena.llm.generate import SmolLM2Generator
     from jaxarena.llm.prompt import parse_tag
     from jaxarena.llm.weights import load_model
@@ -160,7 +161,7 @@ def main() -> None:
         compile_s = time.perf_counter() - t
         times, cpu, n = [], 0.0, 0
         load0 = os.getloadavg()[0]
-        for i in range(args.batches):
+        for _ in range(args.batches):
             prompts = distinct_prompts(B, seed=seed)
             seed += 1
             t, c = time.perf_counter(), time.process_time()

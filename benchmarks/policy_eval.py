@@ -20,18 +20,11 @@ import time
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_experimental_ynn_fusion_type=").strip()
 
 import numpy as np
-from jaxarena.algorithms.checkpoint import load_policy
-from jaxarena.algorithms.evaluation import (
-    chase_and_orb_policy,
-    focus_fire_policy,
-    outcome_summary,
-    paired_gain,
-    random_policy,
-    run_episodes,
-    tag_response,
-)
 
-from jaxarena.types import BOT_TYPES, TAGS
+from jaxarena.algorithms.checkpoint import load_policy
+from jaxarena.algorithms.evaluation import outcome_summary, paired_gain, run_episodes, tag_response
+from jaxarena.names import BOT_TYPES, NUM_TAGS, TAGS
+from jaxarena.policies import chase_and_orb_policy, focus_fire_policy, random_policy
 
 
 def fmt(s):
@@ -50,10 +43,10 @@ def main():
     args = p.parse_args()
     table = []
 
-    def outcomes(label, act, **kw):
+    def outcomes(label, policy, params=None, **kw):
         for bot in BOT_TYPES:
             t = time.time()
-            res = run_episodes(act, bot, n=args.episodes, seed=args.seed, **kw)
+            res = run_episodes(policy, params, bot, n=args.episodes, seed=args.seed, **kw)
             summ = outcome_summary(res["outcome"])
             row = dict(
                 policy=label,
@@ -69,8 +62,7 @@ def main():
     if args.policy:
         for mode in args.modes:
             policy, params = load_policy(args.policy, greedy=(mode == "greedy"))
-            act = lambda obs, key, policy=policy, params=params: policy(params, obs, key)
-            outcomes(f"{args.policy} ({mode})", act, env_id=policy.env_id)
+            outcomes(f"{args.policy} ({mode})", policy, params, env_id=policy.env_id)
     if args.references:
         outcomes("focus-fire (scripted)", focus_fire_policy)
         outcomes("chase-and-orb (scripted, p=0.8)", chase_and_orb_policy)
@@ -80,19 +72,19 @@ def main():
         print("|---|---|---|---|---|---|")
         for r in table:
             print(
-                f"| {r['policy']} | {r['bot']} | {fmt(r['npc_win'])} | {fmt(r['bot_win'])} | {fmt(r['timeout'])} | {r['mean_time_s']:.1f} |"
+                f"| {r['policy']} | {r['bot']} | {fmt(r['npc_win'])} | {fmt(r['bot_win'])} | {fmt(r['timeout'])} "
+                f"| {r['mean_time_s']:.1f} |"
             )
 
     if args.tag_response:
         rows = []
         for mode in args.modes:
             policy, params = load_policy(args.tag_response, greedy=(mode == "greedy"))
-            act = lambda obs, key, policy=policy, params=params: policy(params, obs, key)
             label = f"{args.tag_response} ({mode})"
-            resp = tag_response(act, BOT_TYPES, n=args.episodes, seed=args.seed, env_id=policy.env_id)
+            resp = tag_response(policy, params, BOT_TYPES, n=args.episodes, seed=args.seed, env_id=policy.env_id)
             gains = {}
             for b, bot in enumerate(BOT_TYPES):
-                for tag in range(4):
+                for tag in range(NUM_TAGS):
                     row = {
                         "policy": label,
                         "bot": bot,

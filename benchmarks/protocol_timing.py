@@ -29,8 +29,19 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "evaluate.py"
 
 
 def run(out: Path, run_id: str, cache: Path, extra: list[str]) -> dict:
-    cmd = [sys.executable, str(SCRIPT), "--out", str(out), "--run-id", run_id, "--cache", str(cache),
-           "--no-progress", "--fresh", *extra]
+    cmd = [
+        sys.executable,
+        str(SCRIPT),
+        "--out",
+        str(out),
+        "--run-id",
+        run_id,
+        "--cache",
+        str(cache),
+        "--no-progress",
+        "--fresh",
+        *extra,
+    ]
     t = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - t
@@ -44,15 +55,16 @@ def run(out: Path, run_id: str, cache: Path, extra: list[str]) -> dict:
         "llm_s": round(tm["cells_llm_s"], 2),
         "policy_load_s": round(tm["policy_load_s"], 2),
         "llm_load_s": round(tm["llm_load_s"], 2),
-        **{k: lc.get(k) for k in ("calls", "decisions", "distinct_prompts", "llm_requests", "cache_hits",
-                                   "fallback_total")},
+        **{
+            k: lc.get(k)
+            for k in ("calls", "decisions", "distinct_prompts", "llm_requests", "cache_hits", "fallback_total")
+        },
     }
 
 
 def decisions(path: Path) -> list[dict]:
     volatile = {"latency_s", "cache_hit"}
-    return [{k: v for k, v in json.loads(line).items() if k not in volatile}
-            for line in path.read_text().splitlines()]
+    return [{k: v for k, v in json.loads(line).items() if k not in volatile} for line in path.read_text().splitlines()]
 
 
 def main(argv=None) -> int:
@@ -70,8 +82,16 @@ def main(argv=None) -> int:
         print(json.dumps(run(out, run_id, cache, common + extra)), flush=True)
     same_csv = (out / "cold" / "episodes.csv").read_bytes() == (out / "warm" / "episodes.csv").read_bytes()
     same_dec = decisions(out / "cold" / "decisions.jsonl") == decisions(out / "warm" / "decisions.jsonl")
-    print(json.dumps({"check": "cold_vs_warm", "episodes_csv_identical": same_csv,
-                      "decisions_identical": same_dec, "out": str(out)}))
+    print(
+        json.dumps(
+            {
+                "check": "cold_vs_warm",
+                "episodes_csv_identical": same_csv,
+                "decisions_identical": same_dec,
+                "out": str(out),
+            }
+        )
+    )
     return 0 if same_csv and same_dec else 1
 
 

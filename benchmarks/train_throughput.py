@@ -54,9 +54,9 @@ def main():
 
     import jax
     import jax.numpy as jnp
-    from jaxarena.algorithms import ActorCritic, PPOConfig, make_trainer
 
     import jaxarena
+    from jaxarena.algorithms import ActorCritic, PPOConfig, make_trainer
 
     cfg = PPOConfig(combination=args.combination)
     cfg = cfg.replace(**{k: v for k, v in (("num_envs", args.num_envs), ("num_steps", args.num_steps)) if v})

@@ -3,29 +3,93 @@
 env, params = jaxarena.make("Arena-v0", bot="balanced")
 obs, state = env.reset(key, params)
 obs, state, reward, done, info = env.step(key, state, actions, params)
+
+The package imports lazily: the plain-Python vocabulary (`jaxarena.names`:
+tags, bots, outcomes, fallback reasons) is usable without loading JAX, and
+the arena's names below load it on first use.
 """
 
-from .env import Arena
-from .observe import LLM_FEATURES, llm_features, observe
-from .registry import REGISTERED_IDS, bot_index, make, make_jaxmarl
-from .types import (
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from .names import (
     ACTIONS,
     BOT_TYPES,
+    FALLBACK_REASONS,
+    LLM_FEATURES,
     NUM_ACTIONS,
     NUM_NPCS,
     NUM_TAGS,
-    OBS_SIZE,
     OUTCOMES,
+    TAG_NAMES,
     TAGS,
-    EnvParams,
-    EnvState,
+    bot_index,
+    tag_index,
 )
 
 __version__ = "0.1.0"
 
+# Public name -> the submodule that defines it; imported on first access (PEP 562).
+_LAZY = {
+    "Arena": "env",
+    "EnvParams": "types",
+    "EnvState": "types",
+    "OBS_SIZE": "types",
+    "REGISTERED_IDS": "registry",
+    "make": "registry",
+    "make_jaxmarl": "registry",
+    "llm_features": "observe",
+    "make_runner": "runner",
+}
+
+if TYPE_CHECKING:
+    from .env import Arena
+    from .observe import llm_features
+    from .registry import REGISTERED_IDS, make, make_jaxmarl
+    from .runner import make_runner
+    from .types import OBS_SIZE, EnvParams, EnvState
+
+
+# Submodules reachable as attributes (`jaxarena.wrappers.LogWrapper`) without an explicit import.
+_SUBMODULES = (
+    "bots",
+    "demo",
+    "env",
+    "files",
+    "names",
+    "observe",
+    "physics",
+    "policies",
+    "registry",
+    "render",
+    "rewards",
+    "runner",
+    "spawn",
+    "types",
+    "wrappers",
+)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))
+
+
 __all__ = [
     "ACTIONS",
     "BOT_TYPES",
+    "FALLBACK_REASONS",
     "LLM_FEATURES",
     "NUM_ACTIONS",
     "NUM_NPCS",
@@ -34,6 +98,7 @@ __all__ = [
     "OUTCOMES",
     "REGISTERED_IDS",
     "TAGS",
+    "TAG_NAMES",
     "Arena",
     "EnvParams",
     "EnvState",
@@ -41,5 +106,6 @@ __all__ = [
     "llm_features",
     "make",
     "make_jaxmarl",
-    "observe",
+    "make_runner",
+    "tag_index",
 ]

@@ -1,8 +1,8 @@
 """The three scripted opponents, as pure per-step policy functions.
 
 Every bot is `policy(key, bot_state, world, params) -> (move, attack, target, bot_state)`
-(DESIGN's signature plus explicit params and the chosen target, which the
-arena needs to apply the strike):
+(the design's bot signature, docs/arena.md, plus explicit params and the
+chosen target, which the arena needs to apply the strike):
 `move` is a unit (or zero) direction, `attack` whether it strikes its target
 this tick. The Balanced bot owns a little state (its current phase and the
 ticks left in it); the other two carry it unchanged. `scripted_bot` picks the

@@ -14,39 +14,20 @@ import time
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
+from .names import BOT_TYPES, OUTCOMES
+from .policies import random_policy
 from .registry import make
-from .render import random_policy, record_episode, render_frames, write_gif
-from .types import BOT_TYPES, NUM_ACTIONS, NUM_NPCS, OUTCOMES, ticks
+from .render import record_episode, render_frames, write_gif
+from .runner import make_runner
 
 
 def random_squad_outcomes(bot: str, episodes: int, seed: int) -> np.ndarray:
     """Outcome (1 NPC win, 2 bot win, 3 timeout) of `episodes` random-squad episodes."""
     env, params = make("Arena-v0", bot=bot)
-    n_ticks = int(ticks(params.episode_s, params.dt))
-
-    @jax.jit
-    def run(key):
-        keys = jax.random.split(key, episodes)
-        _, state = jax.vmap(env.reset, in_axes=(0, None))(keys, params)
-
-        def tick(carry, key):
-            state, outcome = carry
-            action_key, step_key = jax.random.split(key)
-            actions = jax.random.randint(action_key, (episodes, NUM_NPCS), 0, NUM_ACTIONS)
-            _, state, _, done, info = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
-                jax.random.split(step_key, episodes), state, actions, params
-            )
-            # Keep only each slot's first episode; auto-reset starts another.
-            outcome = jnp.where((outcome == 0) & done, info["outcome"], outcome)
-            return (state, outcome), None
-
-        (_, outcome), _ = jax.lax.scan(tick, (state, jnp.zeros(episodes, jnp.int32)), jax.random.split(key, n_ticks))
-        return outcome
-
-    return np.asarray(run(jax.random.key(seed)))
+    run = make_runner(env, params, random_policy, 0, episodes)
+    return np.asarray(run(None, params, jax.random.key(seed)).outcome)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -8,7 +8,7 @@ import numpy as np
 
 from . import physics
 from .bots import BotState, World, scripted_bot
-from .observe import can_melee, observe
+from .observe import can_melee, observe, with_tag
 from .rewards import shaping, team_reward
 from .spawn import initial_state
 from .types import (
@@ -102,7 +102,7 @@ class Arena:
         done, info); see the class docstring.
         """
         params = self._default_params if params is None else params
-        actions = _checked_actions(actions)
+        actions = checked_actions(actions)
         stepped, reward, terminated, truncated, info = self.step_env(key, state, actions, params)
         done = terminated | truncated
         # Salting the draw with the episode count keeps episodes distinct even
@@ -139,6 +139,15 @@ class Arena:
             if not 0 <= int(value) < NUM_TAGS:
                 raise ValueError(f"tag must be in 0..{NUM_TAGS - 1}, got {int(value)}")
         return state.replace(tag=jnp.clip(jnp.asarray(tag, jnp.int32), 0, NUM_TAGS - 1))
+
+    def retag(self, obs: jax.Array, state: EnvState, tag) -> tuple[jax.Array, EnvState]:
+        """Change the strategy tag of a running episode: `(obs, state)` with both carrying `tag`.
+
+        The one way to change the tag between observing and acting: `set_tag`
+        alone leaves the observation's tag slot stale. Checks as `set_tag`.
+        """
+        state = self.set_tag(state, tag)
+        return with_tag(obs, state.tag), state
 
     def step_env(self, key: jax.Array, state: EnvState, actions: jax.Array, params: EnvParams):
         """One tick without auto-reset: (state, reward, terminated, truncated, info).
@@ -264,7 +273,7 @@ def outcome_of(state: EnvState) -> jax.Array:
     )
 
 
-def _checked_actions(actions) -> jax.Array:
+def checked_actions(actions) -> jax.Array:
     """Reject a wrong shape or dtype at trace time, with a message that helps."""
     actions = jnp.asarray(actions)
     if actions.shape != (NUM_NPCS,):

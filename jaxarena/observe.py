@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .names import LLM_FEATURES  # noqa: F401  (the order `llm_features` returns)
 from .physics import nearest_box_point, norm
 from .types import NUM_NPCS, NUM_TAGS, EnvParams, EnvState, arena_diagonal
 
@@ -17,6 +18,10 @@ SELF = slice(0, 3)  # x/size, z/size, hp/npc_hp
 BOT = slice(3, 10)  # x/size, z/size, hp/bot_hp, dist/d_max, can_attack, cover x/size, cover z/size
 ALLIES = slice(10, 22)  # 4 x (x/size, z/size, hp/npc_hp), dead allies have hp 0
 TAG = 22  # tag / 3
+# Single fields that scripted squads and training code read by name.
+OWN_HP = SELF.start + 2
+BOT_DISTANCE = BOT.start + 3  # distance / d_max
+BOT_CAN_ATTACK = BOT.start + 4  # 1.0 when this NPC's melee would land now
 
 
 def can_melee(state: EnvState, params: EnvParams) -> jax.Array:
@@ -53,10 +58,6 @@ def with_tag(obs: jax.Array, tag) -> jax.Array:
     """
     value = jnp.asarray(tag).astype(jnp.float32) / (NUM_TAGS - 1)
     return obs.at[..., TAG].set(value[..., None])
-
-
-# Order of the five features in `llm_features`, as the Table 10 prompt lists them.
-LLM_FEATURES = ("bot_hp", "avg_npc_hp", "npcs_alive", "bot_moving", "nearest_npc_distance")
 
 
 def llm_features(state: EnvState, params: EnvParams) -> jax.Array:

@@ -8,7 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .env import Arena
-from .types import BOT_TYPES, EnvParams
+from .names import bot_index
+from .types import EnvParams
 
 # "ArenaFacing-v0" is the same arena with the bot's facing appended to each
 # observation (obs_size 25); see `Arena.__init__`.
@@ -39,17 +40,6 @@ def make(env_id: str = "Arena-v0", bot: str | int | None = None, **overrides) ->
     return Arena(params, observe_facing=env_id == "ArenaFacing-v0"), params
 
 
-def bot_index(bot: str | int) -> int:
-    """The integer `EnvParams.bot_type` of a bot name (or a valid index)."""
-    if isinstance(bot, str):
-        if bot.lower() not in BOT_TYPES:
-            raise ValueError(f"unknown bot {bot!r}; choose one of {', '.join(BOT_TYPES)}")
-        return BOT_TYPES.index(bot.lower())
-    if isinstance(bot, (int, np.integer)) and not isinstance(bot, bool) and 0 <= bot < len(BOT_TYPES):
-        return int(bot)
-    raise ValueError(f"bot must be one of {BOT_TYPES} or an index 0..{len(BOT_TYPES) - 1}, got {bot!r}")
-
-
 def _checked_overrides(overrides: dict) -> dict:
     fields = {f.name for f in dataclasses.fields(EnvParams)}
     unknown = sorted(set(overrides) - fields)
@@ -60,7 +50,7 @@ def _checked_overrides(overrides: dict) -> dict:
         if name in _ARRAY_FIELDS:
             array = np.asarray(value, dtype=np.float32)
             want = _ARRAY_FIELDS[name]
-            if array.ndim != len(want) or any(w is not None and w != s for w, s in zip(want, array.shape)):
+            if array.ndim != len(want) or any(w is not None and w != s for w, s in zip(want, array.shape, strict=True)):
                 raise ValueError(f"{name} must have shape {want} (None: any), got {array.shape}")
             checked[name] = jnp.asarray(array)
         elif name == "bot_type":

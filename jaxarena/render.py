@@ -9,17 +9,17 @@ mode, orbs in flight, the active strategy tag and the game clock.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from PIL import Image, ImageDraw
 
-from .env import Arena, outcome_of
-from .types import BOT_TYPES, NUM_ACTIONS, TAGS, EnvParams, EnvState, ticks
-
-Policy = Callable[[jax.Array, jax.Array], jax.Array]  # (key, obs (5, env.obs_size)) -> actions (5,)
+from .env import Arena
+from .names import BOT_TYPES, TAGS, tag_index
+from .policies import Policy
+from .runner import hold_tags, make_runner
+from .types import EnvParams, EnvState
 
 _BG, _ZONE_NPC, _ZONE_BOT = (245, 243, 236), (214, 228, 247), (247, 218, 214)
 _BOX, _NPC, _BOT, _DEAD, _ORB = (120, 120, 128), (40, 90, 200), (200, 50, 40), (170, 170, 170), (240, 180, 0)
@@ -33,44 +33,20 @@ class Recording(NamedTuple):
     outcome: int  # 1 NPC win, 2 bot win, 3 timeout
 
 
-def random_policy(key: jax.Array, obs: jax.Array) -> jax.Array:
-    """Uniformly random actions for the five NPCs."""
-    return jax.random.randint(key, (obs.shape[0],), 0, NUM_ACTIONS)
+def record_episode(
+    env: Arena, params: EnvParams, policy: Policy, key: jax.Array, policy_params: Any = None, tag: int = 0
+) -> Recording:
+    """Play one episode to its end under `policy(policy_params, obs, key)` with `tag` held, keeping every state.
 
-
-def record_episode(env: Arena, params: EnvParams, policy: Policy, key: jax.Array) -> Recording:
-    """Play one episode to its end under `policy` and keep every state.
-
-    Runs as one jitted `lax.scan` of `episode_s / dt` ticks; once the episode
-    ends, the state is frozen, so trailing frames are dropped on the host.
+    It is the episode runner (`jaxarena.runner`) with one arena and a trace
+    of every tick's state; ticks after the episode's end are dropped.
     """
-    n_ticks = int(ticks(params.episode_s, params.dt))
-
-    @jax.jit
-    def run(key):
-        key, reset_key = jax.random.split(key)
-        _, state = env.reset(reset_key, params)
-
-        def tick(carry, step_key):
-            state, finished, outcome = carry
-            policy_key, env_key = jax.random.split(step_key)
-            actions = policy(policy_key, env.observe(state, params))
-            new_state, _, terminated, truncated, _ = env.step_env(env_key, state, actions, params)
-            now_done = (terminated | truncated) & ~finished
-            outcome = jnp.where(now_done, outcome_of(new_state), outcome)
-            state = jax.tree.map(lambda a, b: jnp.where(finished, a, b), state, new_state)
-            return (state, finished | terminated | truncated, outcome), state
-
-        (_, _, outcome), states = jax.lax.scan(
-            tick, (state, jnp.asarray(False), jnp.int32(0)), jax.random.split(key, n_ticks)
-        )
-        states = jax.tree.map(lambda s0, s: jnp.concatenate([s0[None], s]), state, states)
-        return states, outcome
-
-    states, outcome = run(key)
-    states = jax.tree.map(np.asarray, states)
-    length = int(states.t.max())
-    return Recording(jax.tree.map(lambda x: x[: length + 1], states), length, int(outcome))
+    run = make_runner(env, params, policy, hold_tags, 1, trace=lambda tick: (tick.state, tick.next_state))
+    result = jax.device_get(run(policy_params, params, key, tag_index(tag)))
+    before, after = jax.tree.map(lambda x: np.asarray(x)[:, 0], result.trace)
+    length = int(round(float(result.duration_s[0]) / float(params.dt)))
+    states = jax.tree.map(lambda s0, s: np.concatenate([s0[:1], s[:length]]), before, after)
+    return Recording(states, length, int(result.outcome[0]))
 
 
 def _frame_state(states: EnvState, i: int) -> EnvState:
@@ -115,7 +91,7 @@ def draw_frame(state: EnvState, params: EnvParams, size: int = 480) -> Image.Ima
     bx, by = xy(state.bot_pos)
     fx, fy = xy(state.bot_pos + 1.5 * state.bot_facing)
     draw.line([bx, by, fx, fy], fill=(90, 0, 0), width=3)
-    for pos, active in zip(state.orb_pos.reshape(-1, 2), state.orb_active.reshape(-1)):
+    for pos, active in zip(state.orb_pos.reshape(-1, 2), state.orb_active.reshape(-1), strict=True):
         if active:
             ox, oy = xy(pos)
             draw.ellipse([ox - 3, oy - 3, ox + 3, oy + 3], fill=_ORB, outline=(120, 80, 0))

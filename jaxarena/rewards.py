@@ -1,4 +1,4 @@
-"""The shared team reward (DESIGN §4) and the Table 5 strategy shaping."""
+"""The shared team reward and the Table 5 strategy shaping (docs/arena.md, "Rewards")."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from .physics import norm
-from .types import EnvParams, arena_diagonal
+from .types import NUM_TAGS, EnvParams, arena_diagonal
 
 
 def bearing_cos_sin(npc_pos: jax.Array, bot_pos: jax.Array, bot_facing: jax.Array):
@@ -37,7 +37,7 @@ def shaping(tag: jax.Array, npc_pos, bot_pos, bot_facing, params: EnvParams) -> 
             jnp.minimum(0.005 * d_rel, 0.005) - jnp.where(d < 8.0, 0.005, 0.0),  # 3 Retreat
         ]
     )
-    return terms[jnp.clip(tag, 0, 3)]
+    return terms[jnp.clip(tag, 0, NUM_TAGS - 1)]
 
 
 def team_reward(damage_to_bot, bot_killed, squad_wiped, params: EnvParams) -> jax.Array:

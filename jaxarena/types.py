@@ -14,22 +14,40 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-NUM_NPCS = 5
+from .names import (  # noqa: F401  (re-exported: the arena's code names them from here)
+    ACTIONS,
+    AGGRESSIVE,
+    BOT_AGGRESSIVE,
+    BOT_BALANCED,
+    BOT_EVASIVE,
+    BOT_MAX_HP,
+    BOT_TYPES,
+    BOT_WIN,
+    DECISION_PERIOD_S,
+    DT,
+    EPISODE_S,
+    FLANK,
+    MELEE,
+    MOVE_TO_BOT,
+    NPC_MAX_HP,
+    NPC_WIN,
+    NUM_ACTIONS,
+    NUM_NPCS,
+    NUM_TAGS,
+    OUTCOMES,
+    RANGED,
+    RETREAT,
+    RETREAT_TAG,
+    RUNNING,
+    STRAFE_LEFT,
+    STRAFE_RIGHT,
+    SURROUND,
+    TAGS,
+    TIMEOUT,
+)
+
 OBS_SIZE = 23
-NUM_ACTIONS = 6
-NUM_TAGS = 4
 ORBS_PER_NPC = 2
-
-ACTIONS = ("move_to_bot", "strafe_left", "strafe_right", "melee", "retreat", "ranged")
-TAGS = ("surround", "aggressive", "flank", "retreat")
-BOT_TYPES = ("aggressive", "evasive", "balanced")
-OUTCOMES = ("running", "npc_win", "bot_win", "timeout")
-
-# Integer codes, so jitted code and users can name them.
-MOVE_TO_BOT, STRAFE_LEFT, STRAFE_RIGHT, MELEE, RETREAT, RANGED = range(NUM_ACTIONS)
-SURROUND, AGGRESSIVE, FLANK, RETREAT_TAG = range(NUM_TAGS)
-BOT_AGGRESSIVE, BOT_EVASIVE, BOT_BALANCED = range(len(BOT_TYPES))
-RUNNING, NPC_WIN, BOT_WIN, TIMEOUT = range(len(OUTCOMES))
 
 # Default obstacles as (x_min, z_min, x_max, z_max). Every box keeps at least
 # 2 u from the walls, from every other box and from both spawn zones, so a
@@ -61,13 +79,13 @@ class EnvParams:
     """
 
     # Table 1: bot.
-    bot_hp: float = 300.0
+    bot_hp: float = BOT_MAX_HP
     bot_speed: float = 5.0
     bot_melee_range: float = 3.0
     bot_melee_damage: float = 15.0
     bot_melee_cooldown: float = 0.8
     # Table 1: each of the five NPCs.
-    npc_hp: float = 60.0
+    npc_hp: float = NPC_MAX_HP
     npc_speed: float = 4.0
     npc_melee_range: float = 2.5
     npc_melee_damage: float = 15.0
@@ -84,9 +102,9 @@ class EnvParams:
     npc_spawn: jax.Array = struct.field(default_factory=lambda: jnp.asarray(DEFAULT_NPC_SPAWN))
     bot_spawn: jax.Array = struct.field(default_factory=lambda: jnp.asarray(DEFAULT_BOT_SPAWN))
     # Time.
-    dt: float = 0.1
-    episode_s: float = 120.0
-    decision_period_s: float = 5.0
+    dt: float = DT
+    episode_s: float = EPISODE_S
+    decision_period_s: float = DECISION_PERIOD_S
     # Which scripted bot: 0 aggressive, 1 evasive, 2 balanced (see BOT_TYPES).
     bot_type: int = BOT_BALANCED
     # Balanced bot: phase lengths are drawn per episode in [min, max] seconds.
@@ -94,7 +112,7 @@ class EnvParams:
     balanced_phase_max_s: float = 18.0
     # Bots steer around solids they come within this distance of.
     bot_avoid_distance: float = 2.0
-    # Team reward (DESIGN §4) and the Table 5 shaping.
+    # Team reward and the Table 5 shaping (docs/arena.md).
     damage_reward_scale: float = 1.0 / 300.0
     kill_reward: float = 1.0
     wipe_penalty: float = -1.0

@@ -87,6 +87,10 @@ class LogWrapper:
     def set_tag(self, state: LogState, tag) -> LogState:
         return state.replace(env_state=self._env.set_tag(state.env_state, tag))
 
+    def retag(self, obs: jax.Array, state: LogState, tag) -> tuple[jax.Array, LogState]:
+        obs, env_state = self._env.retag(obs, state.env_state, tag)
+        return obs, state.replace(env_state=env_state)
+
 
 class Box:
     """A continuous space with JaxMARL's fields: low, high, shape, dtype.

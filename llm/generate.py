@@ -58,7 +58,7 @@ class Generation:
     first_logits: np.ndarray | None = None
 
 
-def prompt_key(system: str, user: str, seed: int) -> np.ndarray:
+def prompt_rng_key(system: str, user: str, seed: int) -> np.ndarray:
     """Raw threefry key data (2 × uint32) from a hash of the prompt and seed.
 
     Hashing the text (not the position in a batch) is what makes sampling
@@ -232,7 +232,7 @@ class SmolLM2Generator:
         """How many leading ids of `full_ids` are the shared (system) prefix."""
         pre = self._system_ids(system)
         n = 0
-        for a, b in zip(pre, full_ids):
+        for a, b in zip(pre, full_ids, strict=False):  # lengths differ: stop at the shorter
             if a != b:
                 break
             n += 1
@@ -281,7 +281,7 @@ class SmolLM2Generator:
 
         groups: dict[tuple[int, ...], list[tuple[int, list[int]]]] = collections.defaultdict(list)
         max_suffix = self.suffix_buckets[-1]
-        for i, ((system, _), ids) in enumerate(zip(unique, all_ids)):
+        for i, ((system, _), ids) in enumerate(zip(unique, all_ids, strict=True)):
             k = self.split_prefix(system, ids)
             suffix = ids[k:]
             total = len(ids) + self.max_new_tokens
@@ -302,7 +302,7 @@ class SmolLM2Generator:
             for start in range(0, len(items), self.max_batch):
                 chunk = items[start : start + self.max_batch]
                 outs = self._run_chunk(prefix, chunk, unique, temperature, top_p, return_logits)
-                for (i, _), gen in zip(chunk, outs):
+                for (i, _), gen in zip(chunk, outs, strict=True):
                     results[i] = gen
         return [results[where[p]] for p in prompts]
 
@@ -315,7 +315,7 @@ class SmolLM2Generator:
         for r, (i, suffix) in enumerate(chunk):
             tokens[r, S - len(suffix) :] = suffix
             n_pad[r] = S - len(suffix)
-            key_data[r] = prompt_key(prompts[i][0], prompts[i][1], self.seed)
+            key_data[r] = prompt_rng_key(prompts[i][0], prompts[i][1], self.seed)
         new, logits0 = self._run_program(prefix, tokens, n_pad, key_data, temperature, top_p, len(chunk))
         logits0 = np.asarray(logits0) if return_logits else None
         out = []

@@ -14,23 +14,16 @@ from __future__ import annotations
 
 import math
 
-from .types import Prompt, Reply
+from jaxarena.names import BOT_MAX_HP, NPC_MAX_HP, NUM_NPCS, NUM_TAGS, TAG_NAMES
 
-#: Tag names, indexed by tag (Table 5).
-TAG_NAMES: tuple[str, ...] = ("Surround", "Aggressive", "Flank", "Retreat")
-NUM_TAGS: int = len(TAG_NAMES)
+from .types import Prompt, Reply
 
 #: Role + action instruction (Table 10, rows "Role" and "Action").
 SYSTEM: str = (
     "You control a squad of NPC soldiers fighting an enemy bot. "
     "Choose the best squad tactic for the current situation.\n"
-    "Reply with exactly one digit: "
-    + ", ".join(f"{i} = {name}" for i, name in enumerate(TAG_NAMES))
-    + "."
+    "Reply with exactly one digit: " + ", ".join(f"{i} = {name}" for i, name in enumerate(TAG_NAMES)) + "."
 )
-
-#: Every fallback reason `parse_tag` can return, in a fixed order for reports.
-FALLBACK_REASONS: tuple[str, ...] = ("empty", "non_numeric", "out_of_range", "error")
 
 
 def _whole(x: float) -> int:
@@ -49,9 +42,9 @@ def format_state(
     bot_moving: float | bool,
     nearest_distance: float,
     *,
-    bot_max_hp: float = 300,
-    npc_max_hp: float = 60,
-    num_npcs: int = 5,
+    bot_max_hp: float = BOT_MAX_HP,
+    npc_max_hp: float = NPC_MAX_HP,
+    num_npcs: int = NUM_NPCS,
 ) -> str:
     """Writes the five state values of Table 10 the way a person would read them.
 
@@ -77,9 +70,9 @@ def build_prompt(
     bot_moving: float | bool,
     nearest_distance: float,
     *,
-    bot_max_hp: float = 300,
-    npc_max_hp: float = 60,
-    num_npcs: int = 5,
+    bot_max_hp: float = BOT_MAX_HP,
+    npc_max_hp: float = NPC_MAX_HP,
+    num_npcs: int = NUM_NPCS,
 ) -> Prompt:
     """Builds the Table 10 prompt for one decision.
 
@@ -104,7 +97,7 @@ def parse_tag(reply: Reply | str | None, previous: int) -> tuple[int, str | None
     """Turns a reply into a tag, keeping `previous` when the reply is unusable.
 
     Returns `(tag, fallback_reason)`, where the reason is None for a valid reply
-    and otherwise one of:
+    and otherwise one of `jaxarena.names.FALLBACK_REASONS`:
       - "error": the backend returned no text (timeout, HTTP error, ...);
       - "empty": nothing but whitespace came back;
       - "non_numeric": the first non-space character is not an ASCII digit;

@@ -29,30 +29,18 @@ import math
 import os
 import threading
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-from .prompt import FALLBACK_REASONS, NUM_TAGS, build_prompt, parse_tag
+from jaxarena.names import BOT_MAX_HP, FALLBACK_REASONS, LLM_FEATURES, NPC_MAX_HP, NUM_NPCS, NUM_TAGS
+
+from .backends import make_backend
+from .prompt import build_prompt, parse_tag
 from .types import Backend, Prompt, Reply
-
-#: Names of the five feature columns, in `jaxarena.llm_features` order.
-FEATURE_NAMES: tuple[str, ...] = ("bot_hp", "avg_npc_hp", "npcs_alive", "bot_moving", "nearest_npc_distance")
-
-
-def make_backend(name: str = "embedded", **kwargs: Any) -> Backend:
-    """Builds a backend by name: "embedded" (default, no server) or "ollama"."""
-    if name == "embedded":
-        from .backends.embedded import EmbeddedBackend
-
-        return EmbeddedBackend(**kwargs)
-    if name == "ollama":
-        from .backends.ollama import OllamaBackend
-
-        return OllamaBackend(**kwargs)
-    raise ValueError(f"unknown LLM backend {name!r}; use 'embedded' or 'ollama'")
 
 
 class EventLoopThread:
@@ -98,8 +86,12 @@ class EventLoopThread:
             self.loop.close()
 
 
-def prompt_key(backend: str, model: str, prompt: Prompt, options: dict) -> str:
-    """The cache key: a hash of everything that determines the reply."""
+def cache_key(backend: str, model: str, prompt: Prompt, options: dict) -> str:
+    """The prompt cache's key: a SHA-256 hex digest of everything that determines the reply.
+
+    Its value is what the on-disk cache files are keyed by; changing how it is
+    computed would make every existing cache miss.
+    """
     blob = json.dumps(
         {"backend": backend, "model": model, "system": prompt.system, "user": prompt.user, "options": options},
         sort_keys=True,
@@ -108,7 +100,7 @@ def prompt_key(backend: str, model: str, prompt: Prompt, options: dict) -> str:
 
 
 class PromptCache:
-    """Reply texts by `prompt_key`, in memory and, given a path, in an append-only JSONL file.
+    """Reply texts by `cache_key`, in memory and, given a path, in an append-only JSONL file.
 
     Only replies that arrived (no backend error) are cached; an invalid reply
     *is* cached, because it is what the model said for that prompt. The file
@@ -197,8 +189,11 @@ class TagSelector:
         become "error" fallbacks.
       context: extra fields written into every log line (e.g. bot, combination);
         change it between batches with `selector.context.update(...)`.
-      on_call: called with `self.stats` after every call, e.g. to update a
-        progress bar (it runs on XLA's callback thread; keep it quick).
+      on_call: called as `on_call(stats, done)` after every call, with
+        `self.stats` and the number of the batch's episodes already finished
+        at that call, e.g. to update a progress bar (it runs on XLA's callback
+        thread; keep it quick). It is read at each call, so it can be changed
+        between batches.
     """
 
     def __init__(
@@ -209,12 +204,12 @@ class TagSelector:
         cache_path: str | os.PathLike | None = None,
         log_path: str | os.PathLike | None = None,
         keep_records: bool = True,
-        bot_max_hp: float = 300,
-        npc_max_hp: float = 60,
-        num_npcs: int = 5,
+        bot_max_hp: float = BOT_MAX_HP,
+        npc_max_hp: float = NPC_MAX_HP,
+        num_npcs: int = NUM_NPCS,
         batch_timeout_s: float | None = None,
         context: dict | None = None,
-        on_call: Callable[[SelectorStats], None] | None = None,
+        on_call: Callable[[SelectorStats, int], None] | None = None,
     ):
         self.backend = backend if backend is not None else make_backend("embedded")
         self.cache = PromptCache(cache_path) if cache else None
@@ -232,7 +227,7 @@ class TagSelector:
         self._loop: EventLoopThread | None = None
 
     # -- lifecycle --
-    def __enter__(self) -> "TagSelector":
+    def __enter__(self) -> TagSelector:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -282,14 +277,14 @@ class TagSelector:
         """New tags (N,) int32 for a batch; see the module docstring for the steps.
 
         Args:
-          features: (N, 5) float; columns as in `FEATURE_NAMES` (HP in points).
+          features: (N, 5) float; columns as in `jaxarena.names.LLM_FEATURES` (HP in points).
           prev_tags: (N,) int; the tag each episode has now.
           done: (N,) bool; finished episodes are skipped and keep their tag.
           time_s: game time of this decision, in seconds (logged).
         """
         with self._lock:
             call_start = time.perf_counter()
-            feats = np.asarray(features, dtype=np.float64).reshape(-1, len(FEATURE_NAMES))
+            feats = np.asarray(features, dtype=np.float64).reshape(-1, len(LLM_FEATURES))
             prev = np.asarray(prev_tags, dtype=np.int32).reshape(-1)
             finished = np.asarray(done, dtype=bool).reshape(-1)
             game_time = float(np.asarray(time_s))
@@ -304,46 +299,54 @@ class TagSelector:
                 prompt = build_prompt(*feats[i], **self.prompt_limits)
                 groups.setdefault(prompt, []).append(int(i))
             uniques = list(groups)
-            keys = [prompt_key(self.backend.name, self.backend.model, p, self.backend.options) for p in uniques]
+            keys = [cache_key(self.backend.name, self.backend.model, p, self.backend.options) for p in uniques]
 
             cached = [self.cache.get(k) if self.cache is not None else None for k in keys]
             to_send = [i for i, text in enumerate(cached) if text is None]
             answers: list[tuple[Reply, bool]] = [(Reply(text=t or "", latency_s=0.0), True) for t in cached]
-            for idx, reply in zip(to_send, self._ask([uniques[i] for i in to_send])):
+            for idx, reply in zip(to_send, self._ask([uniques[i] for i in to_send]), strict=True):
                 answers[idx] = (reply, False)
             if self.cache is not None:
-                self.cache.put_many([
-                    (keys[i], answers[i][0].text,
-                     {"backend": self.backend.name, "model": self.backend.model, "user": uniques[i].user})
-                    for i in to_send if answers[i][0].error is None
-                ])
+                self.cache.put_many(
+                    [
+                        (
+                            keys[i],
+                            answers[i][0].text,
+                            {"backend": self.backend.name, "model": self.backend.model, "user": uniques[i].user},
+                        )
+                        for i in to_send
+                        if answers[i][0].error is None
+                    ]
+                )
 
             lines = []
-            for prompt, key, (reply, hit) in zip(uniques, keys, answers):
+            for prompt, key, (reply, hit) in zip(uniques, keys, answers, strict=True):
                 for rank, episode in enumerate(groups[prompt]):
                     tag, reason = parse_tag(reply, int(prev[episode]))
                     new_tags[episode] = tag
                     self.stats.tags[tag] += 1
                     if reason is not None:
                         self.stats.fallbacks[reason] += 1
-                    lines.append({
-                        **self.context,
-                        "call": call,
-                        "episode": episode,
-                        "time_s": round(game_time, 3),
-                        "state": {n: round(float(v), 4) for n, v in zip(FEATURE_NAMES, feats[episode])},
-                        "prompt_hash": key[:16],
-                        "prev_tag": int(prev[episode]),
-                        "reply": reply.text,
-                        "error": reply.error,
-                        "tag": tag,
-                        "fallback": reason,
-                        "latency_s": round(reply.latency_s, 4),
-                        "cache_hit": hit,
-                        "shared": rank > 0,  # answered by an identical prompt of this call
-                        "backend": self.backend.name,
-                        "model": self.backend.model,
-                    })
+                    lines.append(
+                        {
+                            **self.context,
+                            "call": call,
+                            "episode": episode,
+                            "time_s": round(game_time, 3),
+                            "state": {n: round(float(v), 4) for n, v in zip(LLM_FEATURES, feats[episode], strict=True)},
+                            "prompt_hash": key[:16],
+                            "prev_tag": int(prev[episode]),
+                            "reply": reply.text,
+                            "error": reply.error,
+                            "tag": tag,
+                            "fallback": reason,
+                            "latency_s": round(reply.latency_s, 4),
+                            "cache_hit": hit,
+                            "shared": rank > 0,  # answered by an identical prompt of this call
+                            "backend": self.backend.name,
+                            "model": self.backend.model,
+                        }
+                    )
             lines.sort(key=lambda r: r["episode"])
 
             self.stats.decisions += len(lines)
@@ -358,7 +361,7 @@ class TagSelector:
                 self.records.extend(lines)
             self.stats.host_seconds += time.perf_counter() - call_start
             if self.on_call is not None:
-                self.on_call(self.stats)
+                self.on_call(self.stats, int(finished.sum()))
             return new_tags
 
     __call__ = select

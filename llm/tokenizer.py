@@ -43,7 +43,9 @@ def build_tokenizer(fields: dict) -> Tokenizer:
     )
     tok.decoder = decoders.ByteLevel()
     specials = [
-        AddedToken(t, special=True, normalized=False) for t, ty in zip(tokens, types) if ty in (_CONTROL, _USER_DEFINED)
+        AddedToken(t, special=True, normalized=False)
+        for t, ty in zip(tokens, types, strict=True)
+        if ty in (_CONTROL, _USER_DEFINED)
     ]
     tok.add_special_tokens(specials)
     return tok

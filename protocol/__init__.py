@@ -3,9 +3,12 @@
 Installed as `jaxarena.protocol`. It sits above `jaxarena.algorithms` and
 `jaxarena.llm` in the dependency order (env <- algorithms <- llm/protocol <- scripts).
 
+- `config`: `ProtocolConfig`, the combinations, cell names and cell keys.
+- `policies`: `resolve_policy` (spec -> policy, params, checksum) and `directory_checksum`.
+- `runner`: `ProtocolRunner` (cells, paired seeds, resume, progress).
 - `stats`: Tables 6-9 statistics (numpy/scipy only).
-- `run`: `ProtocolConfig` and `ProtocolRunner` (cells, paired seeds, resume).
-- `report`: summary.json, episodes.csv, decisions.jsonl, report.md, figures.
+- `summary`: `summarize`, episodes.csv and decisions.jsonl rows, versions; `write_outputs` writes them all.
+- `tables`: report.md (the paper's Tables 6-9 beside ours); `figures`: Figs. 5-9 (matplotlib).
 - `cli`: `evaluate(...)` and `main(argv)`, the `jaxarena-evaluate` command.
 
     from jaxarena.protocol import ProtocolConfig, evaluate
@@ -19,8 +22,8 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    "ProtocolConfig": "run",
-    "ProtocolRunner": "run",
+    "ProtocolConfig": "config",
+    "ProtocolRunner": "runner",
     "evaluate": "cli",
     "main": "cli",
 }

@@ -5,7 +5,7 @@
     jaxarena-evaluate --llm ollama --model mistral      # the paper's set-up (needs `ollama serve`)
     jaxarena-evaluate --policy-a runs/a --policy-b runs/b
 
-Outputs go to `results/<run-id>/` (see `protocol.report`). The default run id
+Outputs go to `results/<run-id>/` (see `protocol.summary`). The default run id
 is derived from the configuration, so running the same command again resumes
 a killed run (finished cells are loaded, never recomputed); `--fresh`
 discards stored cells first.
@@ -22,13 +22,19 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .run import BOTS, COMBINATIONS, ProtocolConfig, ProtocolRunner
+from jaxarena.llm.backends import BACKENDS
+from jaxarena.names import BOT_TYPES
+
+from .config import COMBINATIONS, ProtocolConfig
+from .policies import policy_env_id
+from .runner import ProtocolRunner
 
 
 def default_run_id(config: ProtocolConfig) -> str:
     """A readable id plus a hash of the whole config: the same command maps to the same directory."""
     digest = hashlib.sha256(json.dumps(config.as_dict(), sort_keys=True).encode()).hexdigest()[:8]
-    llm = config.llm if config.llm == "embedded" else f"{config.llm}-{(config.model or 'mistral').replace(':', '_').replace('/', '_')}"
+    model = (config.model or "mistral").replace(":", "_").replace("/", "_")
+    llm = config.llm if config.llm == "embedded" else f"{config.llm}-{model}"
     return f"{llm}-n{config.episodes}-seed{config.seed}-{digest}"
 
 
@@ -60,7 +66,7 @@ def evaluate(
     elif cache_path is False:
         cache_path = None
 
-    from .report import write_outputs
+    from .summary import write_outputs
 
     runner = ProtocolRunner(config, run_dir, cache_path=cache_path, progress=progress, after_cell=after_cell)
     try:
@@ -69,7 +75,10 @@ def evaluate(
         for comb in config.combinations:
             policy, _, checksum, source = runner.policy(comb)
             policies[comb] = {
-                "spec": config.policy_for(comb), "source": source, "sha256": checksum, "env_id": policy.env_id
+                "spec": config.policy_for(comb),
+                "source": source,
+                "sha256": checksum,
+                "env_id": policy_env_id(policy),
             }
         llm = runner.llm_identity() if "B" in config.combinations else None
     finally:
@@ -95,17 +104,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="jaxarena-evaluate",
         description="Run the paper's evaluation protocol (Combinations A and B x 3 bots) and write "
-                    "episodes.csv, decisions.jsonl, summary.json, report.md and figures.",
+        "episodes.csv, decisions.jsonl, summary.json, report.md and figures.",
     )
     p.add_argument("--episodes", type=int, default=100, help="episodes per (combination, bot) cell (default 100)")
     p.add_argument("--seed", type=int, default=0, help="base seed; A and B share it (paired design)")
-    p.add_argument("--bots", default=",".join(BOTS), help="comma-separated bot types (default: all three)")
+    p.add_argument("--bots", default=",".join(BOT_TYPES), help="comma-separated bot types (default: all three)")
     p.add_argument("--combinations", default=",".join(COMBINATIONS), help="comma-separated: A,B (default both)")
     p.add_argument("--policy-a", default="A", help="Combination A policy: run dir, exported policy, or 'A' (shipped)")
     p.add_argument("--policy-b", default="B", help="Combination B policy: run dir, exported policy, or 'B' (shipped)")
     p.add_argument("--greedy", action="store_true", help="take the most likely action instead of sampling")
-    p.add_argument("--llm", choices=("embedded", "ollama"), default="embedded",
-                   help="tag selector backend for B (default: embedded SmolLM2-135M, no server)")
+    p.add_argument(
+        "--llm",
+        choices=BACKENDS,
+        default="embedded",
+        help="tag selector backend for B (default: embedded SmolLM2-135M, no server)",
+    )
     p.add_argument("--model", default=None, help="Ollama model (default mistral)")
     p.add_argument("--host", default=None, help="Ollama host (default $OLLAMA_HOST or localhost:11434)")
     p.add_argument("--latency-steps", type=int, default=0, help="ticks before a chosen tag takes effect (default 0)")
@@ -125,9 +138,18 @@ def config_from_args(args: argparse.Namespace) -> ProtocolConfig:
         return tuple(x.strip() for x in s.split(",") if x.strip())
 
     return ProtocolConfig(
-        episodes=args.episodes, seed=args.seed, bots=split(args.bots), combinations=tuple(c.upper() for c in split(args.combinations)),
-        policy_a=args.policy_a, policy_b=args.policy_b, greedy=args.greedy, llm=args.llm, model=args.model,
-        host=args.host, latency_steps=args.latency_steps, n_boot=args.n_boot,
+        episodes=args.episodes,
+        seed=args.seed,
+        bots=split(args.bots),
+        combinations=tuple(c.upper() for c in split(args.combinations)),
+        policy_a=args.policy_a,
+        policy_b=args.policy_b,
+        greedy=args.greedy,
+        llm=args.llm,
+        model=args.model,
+        host=args.host,
+        latency_steps=args.latency_steps,
+        n_boot=args.n_boot,
     )
 
 
@@ -135,20 +157,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     config = config_from_args(args)
     cache = False if args.no_cache else (args.cache if args.cache else True)
-    summary = evaluate(config, args.out, args.run_id, fresh=args.fresh, cache_path=cache,
-                       progress=not args.no_progress, figures=not args.no_figures)
+    summary = evaluate(
+        config,
+        args.out,
+        args.run_id,
+        fresh=args.fresh,
+        cache_path=cache,
+        progress=not args.no_progress,
+        figures=not args.no_figures,
+    )
     run_dir = Path(summary["run_dir"])
     tm = summary["timings"]
     print(f"\nresults: {run_dir}/report.md")
     for comb, per_bot in summary["descriptive"].items():
         for bot, r in per_bot.items():
-            print(f"  {comb} {bot:<10} mean {r['mean_s']:6.2f} s  median {r['median_s']:6.2f} s  "
-                  f"NPC win {r['npc_win_pct']:5.1f}%  bot win {r['bot_win_pct']:5.1f}%  timeout {r['timeout_pct']:5.1f}%")
+            print(
+                f"  {comb} {bot:<10} mean {r['mean_s']:6.2f} s  median {r['median_s']:6.2f} s  "
+                f"NPC win {r['npc_win_pct']:5.1f}%  bot win {r['bot_win_pct']:5.1f}%  "
+                f"timeout {r['timeout_pct']:5.1f}%"
+            )
     for bot, m in summary["mann_whitney"].items():
         print(f"  A vs B {bot:<10} U {m['U']:.1f}  p {m['p']:.4g}{m['stars']}  r {m['r']:+.3f}  {m['direction']}")
-    print(f"  time: session {tm['session_wall_s']:.1f} s; cells: compile {tm['cells_compile_s']:.1f} s, "
-          f"simulation {tm['cells_simulation_s']:.1f} s, LLM {tm['cells_llm_s']:.1f} s "
-          f"(computed {len(tm['computed_cells'])}, resumed {len(tm['loaded_cells'])})")
+    print(
+        f"  time: session {tm['session_wall_s']:.1f} s; cells: compile {tm['cells_compile_s']:.1f} s, "
+        f"simulation {tm['cells_simulation_s']:.1f} s, LLM {tm['cells_llm_s']:.1f} s "
+        f"(computed {len(tm['computed_cells'])}, resumed {len(tm['loaded_cells'])})"
+    )
     return 0
 
 

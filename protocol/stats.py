@@ -31,9 +31,14 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import stats as sps
 
-OUTCOME_NAMES: dict[int, str] = {0: "running", 1: "npc_win", 2: "bot_win", 3: "timeout"}
+from jaxarena import names
+
+#: Outcome code -> name, as `info["outcome"]` reports it (`jaxarena.names.OUTCOMES`).
+OUTCOME_NAMES: dict[int, str] = dict(enumerate(names.OUTCOMES))
 #: Outcomes as the paper's tables order them.
-OUTCOMES: tuple[tuple[int, str], ...] = ((1, "npc_win"), (2, "bot_win"), (3, "timeout"))
+OUTCOMES: tuple[tuple[int, str], ...] = tuple(
+    (code, names.OUTCOMES[code]) for code in (names.NPC_WIN, names.BOT_WIN, names.TIMEOUT)
+)
 
 
 def describe(durations: Sequence[float], outcomes: Sequence[int]) -> dict:
@@ -137,12 +142,11 @@ def bootstrap_rate_ci(
 def outcome_cis(outcomes: Sequence[int], *, n_boot: int = 10_000, level: float = 0.95, seed: int = 0) -> dict:
     """Bootstrap CIs for every outcome: {"npc_win": (lo, hi), ...} in %."""
     return {
-        name: bootstrap_rate_ci(outcomes, code, n_boot=n_boot, level=level, seed=seed + code)
-        for code, name in OUTCOMES
+        name: bootstrap_rate_ci(outcomes, code, n_boot=n_boot, level=level, seed=seed + code) for code, name in OUTCOMES
     }
 
 
-def tag_frequency(tags: Sequence[int], num_tags: int = 4) -> dict:
+def tag_frequency(tags: Sequence[int], num_tags: int = names.NUM_TAGS) -> dict:
     """Table 9: count and % of decisions per tag."""
     t = np.asarray(tags, dtype=np.int64)
     counts = np.bincount(t, minlength=num_tags)[:num_tags] if t.size else np.zeros(num_tags, np.int64)

@@ -13,7 +13,8 @@ import sys
 import jax
 
 import jaxarena
-from jaxarena.render import random_policy, record_episode, render_frames, write_gif, write_png_frames
+from jaxarena.policies import random_policy
+from jaxarena.render import record_episode, render_frames, write_gif, write_png_frames
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -26,40 +27,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="out/episode.gif")
     parser.add_argument("--png-dir", default=None, help="also write PNG frames here")
     args = parser.parse_args(argv)
-    policy, env_id = random_policy, "Arena-v0"
+    policy, policy_params, env_id = random_policy, None, "Arena-v0"
     if args.policy != "random":
         from jaxarena.algorithms.checkpoint import load_policy
 
         try:
-            trained, policy_params = load_policy(args.policy)
+            policy, policy_params = load_policy(args.policy)
         except FileNotFoundError as exc:
             parser.error(f"--policy {args.policy!r}: {exc}")
-        env_id = trained.env_id
-
-        def policy(key, obs):
-            return trained(policy_params, obs, key)
+        env_id = policy.env_id
 
     env, params = jaxarena.make(env_id, bot=args.bot)
-    tagged_env = _TaggedArena(env, args.tag)
-    recording = record_episode(tagged_env, params, policy, jax.random.key(args.seed))
+    recording = record_episode(env, params, policy, jax.random.key(args.seed), policy_params, tag=args.tag)
     frames = render_frames(recording, params, every=args.every)
     gif = write_gif(frames, args.out, 0.1 * args.every)
     print(f"{jaxarena.OUTCOMES[recording.outcome]} after {recording.length * float(params.dt):.1f} s; GIF: {gif}")
     if args.png_dir:
         print(f"{len(write_png_frames(frames, args.png_dir))} PNG frames in {args.png_dir}")
-
-
-class _TaggedArena(jaxarena.Arena):
-    """The same arena, with a fixed tag set at every reset."""
-
-    def __init__(self, env: jaxarena.Arena, tag: int):
-        super().__init__(env.default_params, observe_facing=env.observe_facing)
-        self._tag = tag
-
-    def reset(self, key, params=None):
-        _, state = super().reset(key, params)
-        state = self.set_tag(state, self._tag)
-        return self.observe(state, params), state
 
 
 if __name__ == "__main__":

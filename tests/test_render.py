@@ -12,7 +12,8 @@ import pytest
 from PIL import Image
 
 import jaxarena
-from jaxarena.render import random_policy, record_episode, render_frames, write_gif, write_png_frames
+from jaxarena.policies import focus_fire_policy, random_policy
+from jaxarena.render import record_episode, render_frames, write_gif, write_png_frames
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,6 +23,17 @@ def test_record_episode_stops_at_the_end_and_keeps_the_outcome():
     rec = record_episode(env, params, random_policy, jax.random.key(0))
     assert rec.length == 40 and rec.outcome == 3  # nobody catches the evasive bot in 4 s
     assert rec.states.t.shape == (41,) and int(rec.states.t[-1]) == 40
+
+
+def test_record_episode_ends_on_the_killing_blow():
+    env, params = jaxarena.make("Arena-v0", bot="aggressive")
+    rec = record_episode(env, params, focus_fire_policy, jax.random.key(2), tag=1)
+    assert rec.outcome == 1 and rec.length < 1200
+    assert rec.states.t.shape == (rec.length + 1,) and int(rec.states.t[-1]) == rec.length
+    assert float(rec.states.bot_hp[-1]) <= 0.0 < float(rec.states.bot_hp[-2])  # the last frame is the kill
+    assert np.all(rec.states.tag == 1)
+    with pytest.raises(ValueError, match="tag"):
+        record_episode(env, params, focus_fire_policy, jax.random.key(2), tag=7)
 
 
 def test_frames_show_units_where_they_stand(tmp_path):

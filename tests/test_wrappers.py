@@ -99,7 +99,7 @@ def test_an_ippo_style_loop_runs_with_only_the_constructor_changed():
             obs, state, reward, done, info = jax.vmap(env.step)(
                 jax.random.split(k_step, num_envs), state, unbatchify(action)
             )
-            info = jax.tree.map(lambda x: x.reshape((num_actors)), info)  # exactly what IPPO does
+            info = jax.tree.map(lambda x: x.reshape(num_actors), info)  # exactly what IPPO does
             return (obs, state), (batchify(reward).squeeze(-1), batchify(done).squeeze(-1), info)
 
         return jax.lax.scan(env_step, (obs, state), jax.random.split(key, num_steps))[1]

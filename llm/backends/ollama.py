@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import httpx
 import ollama
@@ -176,8 +177,7 @@ class OllamaBackend:
         if not any(_same_model(self.model, n) for n in names):
             pulled = ", ".join(names) or "none"
             raise BackendUnavailable(
-                f"Model {self.model!r} is not pulled on {self.host} (pulled: {pulled}). "
-                f"Run `ollama pull {self.model}`."
+                f"Model {self.model!r} is not pulled on {self.host} (pulled: {pulled}). Run `ollama pull {self.model}`."
             )
 
     def check_sync(self) -> None:

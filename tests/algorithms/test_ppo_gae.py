@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
 from jaxarena.algorithms.ppo import calculate_gae, masked_mean
 
 GAMMA, LAM = 0.9, 0.8

@@ -47,7 +47,7 @@ def test_sharded_training_matches_single_device():
         [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600, check=False
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    line = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")][-1]
+    line = [row for row in proc.stdout.splitlines() if row.startswith("RESULT ")][-1]
     out = json.loads(line[len("RESULT ") :])
     assert out["sharded_mesh"] and not out["single_mesh"]
     assert out["sharded_obs_devices"] == 2  # really split over both devices

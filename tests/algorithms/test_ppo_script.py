@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+
 from jaxarena.algorithms.checkpoint import has_checkpoint, load_policy, read_config
 from jaxarena.algorithms.train_loop import main
 
@@ -19,6 +20,8 @@ TINY = [
     "--chunk",
     "2",
     "--no-progress",
+    # main() runs in pytest's own process here: leave its XLA flags (and its children's) as they are.
+    "--keep-xla-flags",
     "--set",
     "update_epochs=1",
     "num_minibatches=2",
@@ -31,7 +34,7 @@ def test_train_script_writes_everything_and_resumes(tmp_path, capsys):
     assert main(["--combination", "B", "--total-steps", str(6 * 8 * 3), "--out", str(out), *TINY]) == 0
     assert has_checkpoint(out)
     assert read_config(out).combination == "B"
-    rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["update"] for r in rows] == [1, 2, 3]
     assert (out / "learning_curve.png").stat().st_size > 1000
     printed = capsys.readouterr().out
@@ -40,7 +43,7 @@ def test_train_script_writes_everything_and_resumes(tmp_path, capsys):
     # Same --out, a larger budget: resumes at update 3 (no --resume needed) and appends.
     assert main(["--total-steps", str(6 * 8 * 5), "--out", str(out), *TINY]) == 0
     assert "resumed" in capsys.readouterr().out
-    rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["update"] for r in rows] == [1, 2, 3, 4, 5]
     csv_lines = (out / "metrics.csv").read_text().splitlines()
     assert len(csv_lines) == 6  # header + 5 rows
@@ -52,5 +55,5 @@ def test_train_script_writes_everything_and_resumes(tmp_path, capsys):
         main(["--out", str(out), "--lr", "0.1", *TINY])
     # --fresh starts over.
     assert main(["--combination", "A", "--total-steps", str(6 * 8 * 2), "--out", str(out), "--fresh", *TINY]) == 0
-    rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["update"] for r in rows] == [1, 2]

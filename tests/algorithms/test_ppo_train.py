@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
 from jaxarena.algorithms import PPOConfig, make_trainer
 from jaxarena.algorithms.checkpoint import Checkpointer, export_policy, load_policy, make_policy
 from jaxarena.algorithms.evaluation import run_episodes
@@ -48,9 +49,9 @@ def test_metrics_are_finite_and_shaped(tiny):
 def test_recipe_b_draws_tags_and_writes_them_into_obs(tiny):
     _, _run, rs0, (rs, _) = tiny
     for state in (rs0, rs):
-        tags = np.asarray(state.env_state.tag)
+        tags = np.asarray(state.log_state.env_state.tag)
         np.testing.assert_allclose(np.asarray(state.obs)[:, :, 22], np.repeat(tags[:, None] / 3.0, 5, 1), atol=1e-6)
-    assert len(set(np.asarray(rs0.env_state.tag).tolist())) > 1  # 6 uniform draws, seeded: not all equal
+    assert len(set(np.asarray(rs0.log_state.env_state.tag).tolist())) > 1  # 6 uniform draws, seeded: not all equal
 
 
 def test_recipe_b_draws_only_from_its_tags_on_the_facing_arena():
@@ -60,10 +61,12 @@ def test_recipe_b_draws_only_from_its_tags_on_the_facing_arena():
     seen = set()
     for _ in range(3):  # 16-tick rollouts, tags redrawn every 4 ticks
         rs, metrics = jax.jit(trainer.run_updates, static_argnums=1)(rs, 1)
-        seen |= set(np.asarray(rs.env_state.tag).tolist())
+        seen |= set(np.asarray(rs.log_state.env_state.tag).tolist())
         obs = np.asarray(rs.obs)
         chex.assert_shape(obs, (6, 5, 25))
-        np.testing.assert_allclose(obs[..., 23:], np.repeat(np.asarray(rs.env_state.bot_facing)[:, None], 5, 1))
+        np.testing.assert_allclose(
+            obs[..., 23:], np.repeat(np.asarray(rs.log_state.env_state.bot_facing)[:, None], 5, 1)
+        )
     assert seen == {2, 3}
     chex.assert_tree_all_finite(metrics["total_loss"])
     with pytest.raises(ValueError, match="tags"):
@@ -85,7 +88,7 @@ def test_checkpoint_resume_equals_uninterrupted(tiny, tmp_path):
     resumed, m_resumed = run(restored, 2)
     chex.assert_trees_all_equal(resumed.train_state.params, straight.train_state.params)
     chex.assert_trees_all_equal(resumed.train_state.opt_state, straight.train_state.opt_state)
-    chex.assert_trees_all_equal(resumed.env_state, straight.env_state)
+    chex.assert_trees_all_equal(resumed.log_state, straight.log_state)
     np.testing.assert_array_equal(resumed.rng, straight.rng)
     np.testing.assert_array_equal(m_resumed["total_loss"], m_straight["total_loss"][2:])
     # Sanity: training moved the params, so equality above is not vacuous.
@@ -146,12 +149,12 @@ def test_tiny_training_run_learns():
     policy = make_policy(cfg)
     res = {}
     for name, params in (("init", rs0.train_state.params), ("trained", rs.train_state.params)):
-        r = run_episodes(lambda o, k, p=params: policy(p, o, k), "aggressive", n=64, seed=11, shaping_weight=0.0)
+        r = run_episodes(policy, params, "aggressive", n=64, seed=11, shaping_weight=0.0)
         res[name] = (r["episode_return"].mean(), np.mean(r["outcome"] == 1), r["episode_time"].mean())
     (ret0, win0, time0), (ret1, win1, time1) = res["init"], res["trained"]
     assert ret1 > ret0 + 0.05, res
     assert win1 > win0, res
     assert time1 < 0.95 * time0, res
     assert float(m["entropy"][-1]) < float(m["entropy"][0])
-    assert not np.any(np.asarray(rs.env_state.tag))
+    assert not np.any(np.asarray(rs.log_state.env_state.tag))
     assert not np.any(np.asarray(rs.obs)[:, :, 22])

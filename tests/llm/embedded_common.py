@@ -46,6 +46,7 @@ def loaded():
 @functools.cache
 def _generator(dtype_name: str):
     import jax.numpy as jnp
+
     from jaxarena.llm.generate import SmolLM2Generator
 
     dtype = None if dtype_name == "bf16" else getattr(jnp, dtype_name)

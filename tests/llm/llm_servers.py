@@ -1,7 +1,8 @@
 """Fixtures for the LLM-layer tests: a real test-server process per test module.
 
-Imported by the test modules that use them (not a conftest, so that other
-test files in this folder can have their own conftest without clashing).
+Imported by the test modules that use them (not a conftest: `tests/conftest.py`
+is imported by name from the arena tests, and a second conftest here would
+shadow it).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import socket
 
 import pytest
 
-from jaxarena.llm.testserver import ServerProcess
+from jaxarena.llm.testing import ServerProcess
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +27,18 @@ def digit_server():
 
 @pytest.fixture
 def server(digit_server):
-    digit_server.set_faults(delay_s=0.0, slots=4, p_timeout=0.0, p_http_500=0.0, p_drop=0.0,
-                           p_garbage=0.0, p_empty=0.0, p_out_of_range=0.0, hang_s=60.0, seed=0)
+    digit_server.set_faults(
+        delay_s=0.0,
+        slots=4,
+        p_timeout=0.0,
+        p_http_500=0.0,
+        p_drop=0.0,
+        p_garbage=0.0,
+        p_empty=0.0,
+        p_out_of_range=0.0,
+        hang_s=60.0,
+        seed=0,
+    )
     digit_server.reset()
     return digit_server
 

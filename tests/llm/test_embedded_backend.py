@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 from embedded_common import generator
+
 from jaxarena.llm.backends import embedded
 from jaxarena.llm.prompt import SYSTEM, build_prompt, parse_tag
 from jaxarena.llm.types import Prompt, Reply

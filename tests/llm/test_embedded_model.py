@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from embedded_common import generator, loaded, reference
+
 from jaxarena.llm.prompt import SYSTEM
 
 LLAMA_CPP_TOL = 0.6  # max |logit difference| for the digit tokens
@@ -49,7 +50,7 @@ def ref_logits():
 def test_digit_logits_match_llama_cpp(ref_logits):
     cases, ours = ref_logits
     worst = 0.0
-    for case, lg in zip(cases, ours):
+    for case, lg in zip(cases, ours, strict=True):
         diff = np.abs(lg[case["digit_ids"]] - np.asarray(case["digit_logits"]))
         worst = max(worst, float(diff.max()))
     assert worst < LLAMA_CPP_TOL, worst
@@ -57,13 +58,13 @@ def test_digit_logits_match_llama_cpp(ref_logits):
 
 def test_best_digit_matches_llama_cpp(ref_logits):
     cases, ours = ref_logits
-    for case, lg in zip(cases, ours):
+    for case, lg in zip(cases, ours, strict=True):
         assert int(np.argmax(lg[case["digit_ids"]])) == int(np.argmax(case["digit_logits"]))
 
 
 def test_llama_cpp_top5_logits_match(ref_logits):
     cases, ours = ref_logits
-    for case, lg in zip(cases, ours):
+    for case, lg in zip(cases, ours, strict=True):
         diff = np.abs(lg[case["top5_ids"]] - np.asarray(case["top5_logits"]))
         assert diff.max() < LLAMA_CPP_TOL, diff
         # llama.cpp's best token is among our top 3 (its top-3 are within ~0.2).
@@ -73,7 +74,7 @@ def test_llama_cpp_top5_logits_match(ref_logits):
 def test_prefix_cache_path_equals_full_forward_f32():
     gen = generator("float32")
     outs = gen.generate([(SYSTEM, s) for s in STATES[6:8]], return_logits=True)
-    for state, out in zip(STATES[6:8], outs):
+    for state, out in zip(STATES[6:8], outs, strict=True):
         full = gen.full_logits(SYSTEM, state)
         assert np.abs(out.first_logits - full).max() < TIGHT_TOL
 
@@ -124,6 +125,7 @@ def test_greedy_equals_argmax_of_first_logits():
 def test_sampler_respects_top_p_and_temperature():
     import jax
     import jax.numpy as jnp
+
     from jaxarena.llm.generate import sample_token
 
     logits = jnp.array([5.0, 4.9, 1.0, 0.0, -3.0])

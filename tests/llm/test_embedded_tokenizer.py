@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from embedded_common import loaded, reference
+
 from jaxarena.llm.prompt import SYSTEM
 from jaxarena.llm.tokenizer import ChatTokenizer, chatml, chatml_prefix, is_chatml_template
 
@@ -52,7 +53,10 @@ def test_numbers_are_split_into_digits(tok):
 
 
 def test_prefix_ids_are_a_prefix_of_the_full_prompt(tok):
-    user = "Enemy bot HP: 245/300. Average NPC HP: 41/60. NPCs alive: 4/5. Bot moving: yes. Nearest NPC distance: 6.3 units."
+    user = (
+        "Enemy bot HP: 245/300. Average NPC HP: 41/60. NPCs alive: 4/5. Bot moving: yes. "
+        "Nearest NPC distance: 6.3 units."
+    )
     pre = tok.encode(chatml_prefix(SYSTEM))
     full = tok.encode(chatml(SYSTEM, user))
     assert full[: len(pre)] == pre and len(full) > len(pre)

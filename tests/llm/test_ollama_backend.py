@@ -1,6 +1,6 @@
 """OllamaBackend through the real `ollama` client against the real test-server process.
 
-No mocks: every request crosses a socket to `python -m jaxarena.llm.testserver`.
+No mocks: every request crosses a socket to `python -m jaxarena.llm.testing.server`.
 """
 
 from __future__ import annotations
@@ -9,12 +9,11 @@ import asyncio
 import time
 
 import pytest
-
 from llm_servers import digit_server, free_port, server  # noqa: F401 - pytest fixtures
 
 from jaxarena.llm.backends.ollama import BackendUnavailable, OllamaBackend
 from jaxarena.llm.prompt import SYSTEM, build_prompt, parse_tag
-from jaxarena.llm.testserver import _GARBAGE, hash_digit
+from jaxarena.llm.testing import GARBAGE_REPLIES, hash_digit
 from jaxarena.llm.types import Prompt
 
 
@@ -110,7 +109,7 @@ def test_each_fault_becomes_a_reply_not_an_exception(server, fault, error_kind, 
             assert reply.error is not None and reply.error.split(":")[0] == error_kind, reply.error
         assert parse_tag(reply, previous=2) == (2, parse_reason)
     if fault == "p_garbage":
-        assert {r.text for r in replies} <= set(_GARBAGE)
+        assert {r.text for r in replies} <= set(GARBAGE_REPLIES)
     assert server.stats()["faults"][fault[2:]] == 5
 
 

@@ -8,15 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jaxarena.llm.prompt import (
-    NUM_TAGS,
-    SYSTEM,
-    TAG_NAMES,
-    build_prompt,
-    format_state,
-    parse_tag,
-)
+from jaxarena.llm.prompt import SYSTEM, build_prompt, format_state, parse_tag
 from jaxarena.llm.types import Prompt, Reply
+from jaxarena.names import FALLBACK_REASONS, NUM_TAGS, TAG_NAMES
 
 USER_RE = re.compile(
     r"^Enemy bot HP: (\d+)/300\. Average NPC HP: (\d+)/60\. NPCs alive: (\d)/5\. "
@@ -99,6 +93,7 @@ def test_user_line_always_has_the_same_shape(bot_hp, npc_hp, alive, moving, dist
 )
 def test_parse_tag_branches(text, tag, reason):
     assert parse_tag(text, 7) == (tag, reason)
+    assert reason is None or reason in FALLBACK_REASONS
 
 
 def test_parse_tag_backend_error_keeps_previous():
@@ -118,11 +113,5 @@ def test_parse_tag_total_and_consistent(text, previous):
         assert stripped[0] == str(tag)
     else:
         assert tag == previous
-        expected = (
-            "empty"
-            if not stripped
-            else "non_numeric"
-            if stripped[0] not in "0123456789"
-            else "out_of_range"
-        )
-        assert reason == expected
+        expected = "empty" if not stripped else "non_numeric" if stripped[0] not in "0123456789" else "out_of_range"
+        assert reason == expected and reason in FALLBACK_REASONS

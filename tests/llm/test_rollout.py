@@ -11,15 +11,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-import jaxarena
 from llm_servers import digit_server, server  # noqa: F401 - pytest fixtures
 
+import jaxarena
 from jaxarena.llm.backends.ollama import OllamaBackend
 from jaxarena.llm.prompt import build_prompt
 from jaxarena.llm.rollout import fixed_tags, make_rollout, rollout_with_llm, schedule_tags
 from jaxarena.llm.selector import TagSelector
-from jaxarena.llm.testserver import hash_digit
+from jaxarena.llm.testing import hash_digit
 
 N = 12
 
@@ -43,8 +42,9 @@ def test_llm_rollout_under_jit_matches_the_log(arena, server, tmp_path):
     env, params = arena
     log = tmp_path / "decisions.jsonl"
     with TagSelector(OllamaBackend("mistral", server.url), log_path=log) as selector:
-        result = rollout_with_llm(env, params, random_policy, None, jax.random.key(1), selector,
-                                  num_episodes=N, num_periods=4)
+        result = rollout_with_llm(
+            env, params, random_policy, None, jax.random.key(1), selector, num_episodes=N, num_periods=4
+        )
         records = [json.loads(line) for line in log.read_text().splitlines()]
         assert selector.stats.calls == 4
 
@@ -57,8 +57,13 @@ def test_llm_rollout_under_jit_matches_the_log(arena, server, tmp_path):
         assert active[record["call"], record["episode"]]
         assert tags[record["call"], record["episode"]] == record["tag"]
         assert record["time_s"] == 5.0 * record["call"]
-        expected = int(hash_digit(build_prompt(*np.asarray(result.decision_features)[record["call"], record["episode"]]
-                                               .astype(np.float64))))
+        expected = int(
+            hash_digit(
+                build_prompt(
+                    *np.asarray(result.decision_features)[record["call"], record["episode"]].astype(np.float64)
+                )
+            )
+        )
         assert record["tag"] == expected
     # The chosen tag is what the env actually ran with (no latency).
     steps = np.asarray(result.tag_steps)
@@ -74,8 +79,9 @@ def test_fallback_keeps_the_tag_inside_the_rollout(arena, server):
     env, params = arena
     server.set_faults(p_garbage=1.0)
     with TagSelector(OllamaBackend("mistral", server.url), cache=False) as selector:
-        result = rollout_with_llm(env, params, passive_policy, None, jax.random.key(2), selector,
-                                  num_episodes=4, num_periods=3, initial_tag=2)
+        result = rollout_with_llm(
+            env, params, passive_policy, None, jax.random.key(2), selector, num_episodes=4, num_periods=3, initial_tag=2
+        )
     assert (np.asarray(result.decision_tags) == 2).all()
     assert (np.asarray(result.tag_steps)[:, 2] == 150).all()
     assert selector.stats.fallbacks["non_numeric"] == 12
@@ -84,8 +90,10 @@ def test_fallback_keeps_the_tag_inside_the_rollout(arena, server):
 def test_same_code_path_for_fixed_schedule_and_learned_sources(arena):
     env, params = arena
     key = jax.random.key(3)
-    run = lambda src, **kw: rollout_with_llm(env, params, passive_policy, None, key, src,  # noqa: E731
-                                             num_episodes=4, num_periods=4, **kw)
+
+    def run(src, **kw):
+        return rollout_with_llm(env, params, passive_policy, None, key, src, num_episodes=4, num_periods=4, **kw)
+
     fixed_int = run(0)
     fixed_fn = run(fixed_tags(0))
     np.testing.assert_array_equal(fixed_int.outcome, fixed_fn.outcome)
@@ -102,8 +110,17 @@ def test_same_code_path_for_fixed_schedule_and_learned_sources(arena):
 
 def test_latency_steps_delays_the_new_tag(arena):
     env, params = arena
-    result = rollout_with_llm(env, params, passive_policy, None, jax.random.key(4), schedule_tags([0, 1]),
-                              num_episodes=3, num_periods=2, latency_steps=10)
+    result = rollout_with_llm(
+        env,
+        params,
+        passive_policy,
+        None,
+        jax.random.key(4),
+        schedule_tags([0, 1]),
+        num_episodes=3,
+        num_periods=2,
+        latency_steps=10,
+    )
     # Period 0 keeps the initial tag 0; period 1 chooses 1 but runs 10 more steps of tag 0.
     np.testing.assert_array_equal(result.tag_steps[:, 0], 60)
     np.testing.assert_array_equal(result.tag_steps[:, 1], 40)
@@ -120,8 +137,17 @@ def test_the_policy_sees_the_tag_it_acts_under(arena):
         jax.debug.callback(lambda t: seen.append(np.asarray(t)), obs[..., 22])
         return passive_policy(params, obs, key)
 
-    rollout_with_llm(env, params, recording_policy, None, jax.random.key(6), schedule_tags([2, 1]),
-                     num_episodes=3, num_periods=2, initial_tag=0)
+    rollout_with_llm(
+        env,
+        params,
+        recording_policy,
+        None,
+        jax.random.key(6),
+        schedule_tags([2, 1]),
+        num_episodes=3,
+        num_periods=2,
+        initial_tag=0,
+    )
     tags = np.round(np.concatenate([np.ravel(t) for t in seen]) * 3).astype(int)
     assert tags.size == 3 * 5 * 100 and (tags > 0).all(), np.unique(tags, return_counts=True)
     np.testing.assert_array_equal(np.unique(tags, return_counts=True)[1], [750, 750])
@@ -130,8 +156,9 @@ def test_the_policy_sees_the_tag_it_acts_under(arena):
 def test_finished_episodes_are_frozen():
     # Short episodes: every one times out at 10 s, within the 3 periods run.
     env, params = jaxarena.make("Arena-v0", bot="evasive", episode_s=10.0)
-    result = rollout_with_llm(env, params, passive_policy, None, jax.random.key(5), schedule_tags([1, 2, 3]),
-                              num_episodes=3, num_periods=3)
+    result = rollout_with_llm(
+        env, params, passive_policy, None, jax.random.key(5), schedule_tags([1, 2, 3]), num_episodes=3, num_periods=3
+    )
     outcome = np.asarray(result.outcome)
     assert set(outcome) <= {1, 2, 3} and (outcome == 3).all()
     np.testing.assert_allclose(result.duration_s, 10.0, atol=1e-4)

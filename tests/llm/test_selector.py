@@ -12,17 +12,30 @@ import time
 
 import numpy as np
 import pytest
-
 from llm_servers import digit_server, free_port, server  # noqa: F401 - pytest fixtures
 
 from jaxarena.llm.backends.ollama import OllamaBackend
 from jaxarena.llm.prompt import build_prompt
-from jaxarena.llm.selector import FEATURE_NAMES, PromptCache, TagSelector
-from jaxarena.llm.testserver import hash_digit
+from jaxarena.llm.selector import PromptCache, TagSelector, cache_key
+from jaxarena.llm.testing import hash_digit
+from jaxarena.names import LLM_FEATURES
 
 LOG_FIELDS = {
-    "call", "episode", "time_s", "state", "prompt_hash", "prev_tag", "reply", "error", "tag",
-    "fallback", "latency_s", "cache_hit", "shared", "backend", "model",
+    "call",
+    "episode",
+    "time_s",
+    "state",
+    "prompt_hash",
+    "prev_tag",
+    "reply",
+    "error",
+    "tag",
+    "fallback",
+    "latency_s",
+    "cache_hit",
+    "shared",
+    "backend",
+    "model",
 }
 
 
@@ -37,6 +50,19 @@ def features(n: int, distinct: int | None = None) -> np.ndarray:
 
 def expected_tags(feats: np.ndarray) -> np.ndarray:
     return np.array([int(hash_digit(build_prompt(*row))) for row in feats.astype(np.float64)])
+
+
+def test_cache_key_is_stable():
+    """The key is what on-disk caches are indexed by: this value must never change."""
+    prompt = build_prompt(245, 41.25, 4, 1, 6.3412)
+    options = {"num_predict": 3, "temperature": 0.1, "top_p": 0.9}
+    assert cache_key("ollama", "mistral", prompt, options) == (
+        "e7b9173ac146a69ac0a8c3ec44ed2e002c314a17cc0377de447dacb92bf64b07"
+    )
+    assert cache_key("ollama", "mistral", prompt, dict(reversed(options.items()))) == cache_key(
+        "ollama", "mistral", prompt, options
+    )  # option order does not matter
+    assert cache_key("ollama", "mistral:latest", prompt, options) != cache_key("ollama", "mistral", prompt, options)
 
 
 @pytest.fixture
@@ -132,8 +158,13 @@ def test_errors_are_not_cached(selector, server):
 
 @pytest.mark.parametrize(
     "fault, reason",
-    [("p_garbage", "non_numeric"), ("p_empty", "empty"), ("p_out_of_range", "out_of_range"),
-     ("p_http_500", "error"), ("p_drop", "error")],
+    [
+        ("p_garbage", "non_numeric"),
+        ("p_empty", "empty"),
+        ("p_out_of_range", "out_of_range"),
+        ("p_http_500", "error"),
+        ("p_drop", "error"),
+    ],
 )
 def test_fallbacks_keep_the_previous_tag(selector, server, fault, reason):
     server.set_faults(**{fault: 1.0})
@@ -179,7 +210,7 @@ def test_decision_log_is_complete(selector, server, tmp_path):
     assert log == selector.records
     for record in log:
         assert set(record) == LOG_FIELDS
-        assert set(record["state"]) == set(FEATURE_NAMES)
+        assert set(record["state"]) == set(LLM_FEATURES)
         assert record["backend"] == "ollama" and record["model"] == "mistral"
         if record["fallback"] is None:
             assert record["tag"] == int(record["reply"].lstrip()[0]) and record["error"] is None
@@ -210,7 +241,11 @@ def test_one_event_loop_for_the_whole_run(selector):
 
 def test_progress_hook_sees_the_counters(server):
     seen = []
-    with TagSelector(OllamaBackend("mistral", server.url), on_call=lambda s: seen.append(s.decisions)) as sel:
+
+    def on_call(stats, done):
+        seen.append((stats.decisions, done))
+
+    with TagSelector(OllamaBackend("mistral", server.url), on_call=on_call) as sel:
         sel.select(features(3), np.zeros(3, np.int32), np.zeros(3, bool), 0.0)
         sel.select(features(3), np.zeros(3, np.int32), np.array([True, False, False]), 5.0)
-    assert seen == [3, 5]
+    assert seen == [(3, 0), (5, 1)]  # decisions so far, finished episodes of the batch

@@ -10,18 +10,18 @@ import urllib.request
 import numpy as np
 import ollama
 import pytest
-
 from llm_servers import digit_server, server  # noqa: F401 - pytest fixtures
 
 from jaxarena.llm.backends.ollama import OllamaBackend
 from jaxarena.llm.prompt import SYSTEM, build_prompt
 from jaxarena.llm.selector import TagSelector
-from jaxarena.llm.testserver import FAULT_KINDS, ServerProcess, hash_digit
+from jaxarena.llm.testing import FAULT_KINDS, ServerProcess, hash_digit
 
 
 def post(url: str, body: dict) -> tuple[int, dict]:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
             return resp.status, json.loads(resp.read())
@@ -33,10 +33,12 @@ def test_generate_tags_and_version_through_the_official_client(server):
     async def go():
         client = ollama.AsyncClient(host=server.url)
         prompt = build_prompt(120, 30, 3, 1, 4.2)
-        gen = await client.generate(model="mistral", system=prompt.system, prompt=prompt.user,
-                                    options={"num_predict": 3})
-        chat = await client.chat(model="mistral", messages=[{"role": "system", "content": SYSTEM},
-                                                            {"role": "user", "content": prompt.user}])
+        gen = await client.generate(
+            model="mistral", system=prompt.system, prompt=prompt.user, options={"num_predict": 3}
+        )
+        chat = await client.chat(
+            model="mistral", messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt.user}]
+        )
         tags = await client.list()
         return prompt, gen, chat, tags
 
@@ -67,8 +69,11 @@ def test_fault_counts_are_reproducible_with_a_seed(server):
     for _ in range(2):
         server.set_faults(**settings)
         server.reset()
-        asyncio.run(OllamaBackend("mistral", server.url, concurrency=6).generate(
-            [build_prompt(i, 60, 5, 0, 1.0) for i in range(80)]))
+        asyncio.run(
+            OllamaBackend("mistral", server.url, concurrency=6).generate(
+                [build_prompt(i, 60, 5, 0, 1.0) for i in range(80)]
+            )
+        )
         counts.append(server.stats()["faults"])
     assert counts[0] == counts[1]
     assert set(counts[0]) == set(FAULT_KINDS) and sum(counts[0].values()) > 20

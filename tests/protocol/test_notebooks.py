@@ -36,7 +36,7 @@ def _outputs(nb) -> str:
 
 def _has_install_guard(nb) -> bool:
     first_code = next(c for c in nb.cells if c.cell_type == "code").source
-    return "find_spec(\"jaxarena\") is None" in first_code and "!pip install" in first_code
+    return 'find_spec("jaxarena") is None' in first_code and "!pip install" in first_code
 
 
 def test_quickstart_runs(tmp_path):

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from jaxarena.protocol import ProtocolConfig, evaluate
-from jaxarena.protocol.run import ProtocolRunner
+from jaxarena.protocol.runner import ProtocolRunner
 
 CONFIG = ProtocolConfig(episodes=4, seed=3, policy_a="A", policy_b="B", num_periods=4, n_boot=2000)
 
@@ -51,7 +52,8 @@ def test_kill_leaves_only_whole_cells_and_resume_does_not_recompute(runs):
     assert t["loaded_cells"] == ["A_aggressive"]
     assert "A_aggressive" not in t["computed_cells"] and len(t["computed_cells"]) == 5
     assert sorted(p.name for p in (out / "r1" / "cells").iterdir()) == sorted(
-        f"{c}_{b}.json" for c, b in CONFIG.cells())
+        f"{c}_{b}.json" for c, b in CONFIG.cells()
+    )
 
 
 def test_resumed_run_equals_uninterrupted_run(runs):
@@ -59,9 +61,9 @@ def test_resumed_run_equals_uninterrupted_run(runs):
     assert (out / "r1" / "episodes.csv").read_bytes() == (out / "r2" / "episodes.csv").read_bytes()
 
     def decisions(run):
-        rows = [json.loads(l) for l in (out / run / "decisions.jsonl").read_text().splitlines()]
-        return [{k: r[k] for k in ("combination", "bot", "call", "episode", "time_s", "state", "reply", "tag", "fallback")}
-                for r in rows]
+        rows = [json.loads(line) for line in (out / run / "decisions.jsonl").read_text().splitlines()]
+        keys = ("combination", "bot", "call", "episode", "time_s", "state", "reply", "tag", "fallback")
+        return [{k: r[k] for k in keys} for r in rows]
 
     d1, d2 = decisions("r1"), decisions("r2")
     assert d1 == d2 and len(d1) > 0
@@ -79,7 +81,8 @@ def test_outputs_are_complete_and_consistent(runs):
     assert s["policies"]["A"]["sha256"].startswith("sha256:") and len(s["policies"]["A"]["sha256"]) == 71
     assert s["llm"]["backend"] == "embedded"
     assert s["tags"]["replied"]["total"] == s["tags"]["overall"]["total"] - s["fallbacks"]["overall"]["total"]
-    for fig in ("fig5_durations_A.png", "fig6_durations_B.png", "fig7_outcomes.png", "fig8_a_vs_b.png", "fig9_tags.png"):
+    figures = ("fig5_durations_A.png", "fig6_durations_B.png", "fig7_outcomes.png", "fig8_a_vs_b.png", "fig9_tags.png")
+    for fig in figures:
         assert (run_dir / fig).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # Paired design: A and B episodes of a bot share their keys.
     for bot in CONFIG.bots:
@@ -125,7 +128,7 @@ def test_report_tables_parse_back_to_summary(runs):
         assert len(ours) == 3
         for row in ours:
             ref = s["descriptive"][comb][row[0].lower()]
-            for text, key in zip(row[2:8], keys):
+            for text, key in zip(row[2:8], keys, strict=True):
                 assert _num(text) == pytest.approx(ref[key], abs=0.051 if key.endswith("pct") else 0.0051)
             lo, hi = (float(x) for x in row[8].split("–"))
             assert (lo, hi) == pytest.approx(ref["ci95"]["npc_win"], abs=0.051)
@@ -173,12 +176,23 @@ def test_ollama_backend_path_with_faults(tmp_path):
     Its hash-digit responder answers 0-3, so B's tags really vary; injected garbage
     replies and HTTP 500s must show up as fallbacks, counted by cause, not as crashes.
     """
-    from jaxarena.llm.testserver import ServerProcess
+    from jaxarena.llm.testing import ServerProcess
 
-    with ServerProcess(responder="hash-digit", models=["mistral:latest"], ready_timeout_s=60,
-                       p_garbage=0.15, p_http_500=0.1, seed=1) as server:
-        config = ProtocolConfig(episodes=6, seed=2, bots=("balanced",), policy_a="A", policy_b="A",
-                                llm="ollama", model="mistral", host=server.url, num_periods=4, n_boot=500)
+    with ServerProcess(
+        responder="hash-digit", models=["mistral:latest"], ready_timeout_s=60, p_garbage=0.15, p_http_500=0.1, seed=1
+    ) as server:
+        config = ProtocolConfig(
+            episodes=6,
+            seed=2,
+            bots=("balanced",),
+            policy_a="A",
+            policy_b="A",
+            llm="ollama",
+            model="mistral",
+            host=server.url,
+            num_periods=4,
+            n_boot=500,
+        )
         s = evaluate(config, tmp_path, progress=False, figures=False, cache_path=None)
     assert s["llm"]["backend"] == "ollama" and s["llm"]["model"] == "mistral"
     assert s["llm"]["options"]["num_predict"] == 3 and s["llm"]["options"]["temperature"] == 0.1

@@ -6,8 +6,9 @@ import math
 
 import numpy as np
 import pytest
-from jaxarena.protocol import stats
 from scipy import stats as sps
+
+from jaxarena.protocol import stats
 
 
 def test_describe_matches_numpy_and_counts_outcomes():

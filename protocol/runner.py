@@ -1,11 +1,12 @@
 """Running the protocol's cells: (combination, bot) batches of seeded episodes.
 
-A *cell* is one combination (A or B) against one bot type: `episodes` episodes
-run as one vmapped batch under one jitted `jaxarena.llm.make_rollout` program
-(outer scan over 5 s decision periods, inner scan over 50 steps). Both
-combinations go through that same code path and differ only in
+A *cell* (`config`) is one combination (A or B) against one bot type:
+`episodes` episodes run as one vmapped batch under one jitted
+`jaxarena.llm.make_rollout` program (outer scan over 5 s decision periods,
+inner scan over 50 steps). Both combinations go through that same code path
+and differ only in
 
-- the policy (A's or B's checkpoint), and
+- the policy (A's or B's checkpoint, `policies`), and
 - the tag source: a fixed tag 0 for A; for B the LLM `TagSelector`, called
   once per decision period for the whole batch through `io_callback`.
 
@@ -22,8 +23,6 @@ either complete on disk or absent, never half written.
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import json
 import os
 import time
@@ -33,176 +32,10 @@ from typing import Any
 
 import numpy as np
 
-BOTS: tuple[str, ...] = ("aggressive", "evasive", "balanced")
-COMBINATIONS: tuple[str, ...] = ("A", "B")
-#: A cell's key is fold_in(PRNGKey(seed), BOT_INDEX[bot]): the same whichever bots are run.
-BOT_INDEX: dict[str, int] = {b: i for i, b in enumerate(BOTS)}
-CELL_FORMAT = 1
+from jaxarena.files import write_atomic
 
-
-@dataclasses.dataclass(frozen=True)
-class ProtocolConfig:
-    """Everything that defines a protocol run (the paper's defaults).
-
-    policy_a / policy_b: checkpoint directories, "A"/"B" for the shipped
-      policies, or "scripted:focus_fire" / "scripted:random" (reference squads).
-    llm: "embedded" (in-process SmolLM2-135M, the default) or "ollama".
-    model: the Ollama model (e.g. "mistral"); ignored by the embedded backend.
-    greedy: take the policy's most likely action instead of sampling it.
-    tag_a: Combination A's fixed tag (0 in the paper).
-    latency_steps: ticks between a decision and its tag taking effect (0 = at once).
-    num_periods: decision periods per episode; None = a full 120 s episode
-      (only tests shorten it).
-    """
-
-    episodes: int = 100
-    seed: int = 0
-    bots: tuple[str, ...] = BOTS
-    combinations: tuple[str, ...] = COMBINATIONS
-    policy_a: str = "A"
-    policy_b: str = "B"
-    greedy: bool = False
-    llm: str = "embedded"
-    model: str | None = None
-    host: str | None = None
-    tag_a: int = 0
-    latency_steps: int = 0
-    num_periods: int | None = None
-    n_boot: int = 10_000
-
-    def __post_init__(self):
-        for b in self.bots:
-            if b not in BOT_INDEX:
-                raise ValueError(f"unknown bot {b!r}; choose from {BOTS}")
-        for c in self.combinations:
-            if c not in COMBINATIONS:
-                raise ValueError(f"unknown combination {c!r}; choose from {COMBINATIONS}")
-        if self.episodes < 1:
-            raise ValueError("episodes must be >= 1")
-        if self.llm not in ("embedded", "ollama"):
-            raise ValueError(f"unknown LLM backend {self.llm!r}; use 'embedded' or 'ollama'")
-
-    def policy_for(self, combination: str) -> str:
-        return self.policy_a if combination == "A" else self.policy_b
-
-    def cells(self) -> list[tuple[str, str]]:
-        """(combination, bot) in run order: all of A first (fast), then B."""
-        return [(c, b) for c in self.combinations for b in self.bots]
-
-    def as_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        d["bots"], d["combinations"] = list(self.bots), list(self.combinations)
-        return d
-
-
-# --------------------------------------------------------------------------- policies
-
-
-def resolve_policy(spec: str, greedy: bool = False):
-    """(policy, params, checksum, source) for a policy spec; see `ProtocolConfig`.
-
-    The checksum is the sha256 of the checkpoint directory (every file's
-    relative path and bytes, in sorted order), so a report names exactly which
-    weights produced it.
-    """
-    if spec.startswith("scripted:"):
-        from jaxarena.algorithms import evaluation
-
-        name = spec.split(":", 1)[1]
-        fns = {"focus_fire": evaluation.focus_fire_policy, "random": evaluation.random_policy}
-        if name not in fns:
-            raise ValueError(f"unknown scripted policy {name!r}; choose from {sorted(fns)}")
-        fn = fns[name]
-
-        def scripted(params, obs, key):
-            return fn(obs, key)
-
-        scripted.env_id = "Arena-v0"
-        return scripted, None, "sha256:" + _sha(spec.encode()), spec
-    from jaxarena.algorithms.checkpoint import load_policy, resolve_path
-
-    try:
-        directory = resolve_path(spec)
-    except FileNotFoundError as exc:
-        raise FileNotFoundError(
-            f"policy {spec!r} not found ({exc}). Pass a trained run directory with --policy-a/--policy-b."
-        ) from None
-    policy, params = load_policy(directory, greedy=greedy)
-    return policy, params, "sha256:" + directory_checksum(directory), str(directory)
-
-
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def directory_checksum(directory: str | os.PathLike) -> str:
-    """sha256 over a directory's files (relative path + contents), in sorted order."""
-    root = Path(directory)
-    h = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        h.update(path.relative_to(root).as_posix().encode() + b"\0")
-        h.update(path.read_bytes())
-        h.update(b"\0")
-    return h.hexdigest()
-
-
-# --------------------------------------------------------------------------- atomic files
-
-
-def write_atomic(path: str | os.PathLike, data: str | bytes) -> Path:
-    """Write a file so that readers see either the old or the new contents, never a torn one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    mode = "wb" if isinstance(data, bytes) else "w"
-    with open(tmp, mode, **({} if isinstance(data, bytes) else {"encoding": "utf-8"})) as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return path
-
-
-def cell_name(combination: str, bot: str) -> str:
-    return f"{combination}_{bot}"
-
-
-def cell_key_data(seed: int, bot: str) -> np.ndarray:
-    """Raw uint32 key of a cell; identical for A and B (the paired design)."""
-    import jax
-
-    return np.asarray(jax.random.fold_in(jax.random.PRNGKey(seed), BOT_INDEX[bot]))
-
-
-# --------------------------------------------------------------------------- the runner
-
-
-class _ProgressTagSource:
-    """The LLM tag source of a B cell, reporting progress before delegating to the selector.
-
-    The rollout calls it once per decision period with the batch's `done`
-    mask, which is exactly the number of finished episodes the progress bar wants.
-    """
-
-    def __init__(self, selector, on_progress: Callable[[int], None]):
-        self.selector = selector
-        self.on_progress = on_progress
-
-    def select(self, features, prev_tags, done, time_s):
-        self.on_progress(int(np.sum(np.asarray(done))))
-        return self.selector.select(features, prev_tags, done, time_s)
-
-    def tag_fn(self):
-        """Jittable TagFn: one ordered io_callback per period, so decisions are logged in order."""
-        import jax
-        import jax.numpy as jnp
-        from jax.experimental import io_callback
-
-        def fn(features, prev_tags, done, time_s, key=None):
-            shape = jax.ShapeDtypeStruct(prev_tags.shape, jnp.int32)
-            return io_callback(self.select, shape, features, prev_tags, done, time_s, ordered=True)
-
-        return fn
+from .config import CELL_FORMAT, ProtocolConfig, cell_key_data, cell_name
+from .policies import policy_env_id, resolve_policy
 
 
 def _stats_delta(after: dict, before: dict) -> dict:
@@ -212,7 +45,7 @@ def _stats_delta(after: dict, before: dict) -> dict:
             out[k] = {kk: v[kk] - before.get(k, {}).get(kk, 0) for kk in v}
         elif isinstance(v, list):
             b = before.get(k, [0] * len(v))
-            out[k] = [x - y for x, y in zip(v, b)]
+            out[k] = [x - y for x, y in zip(v, b, strict=True)]
         else:
             out[k] = v - before.get(k, 0)
     return out
@@ -252,7 +85,6 @@ class ProtocolRunner:
         self._policies: dict[str, tuple] = {}
         self._compiled: dict[str, Any] = {}
         self._selector = None
-        self._tag_source: _ProgressTagSource | None = None
         self.session: dict[str, float] = {"policy_load_s": 0.0, "llm_load_s": 0.0}
         self.computed: list[str] = []  # cells computed (not loaded) in this session
 
@@ -267,12 +99,16 @@ class ProtocolRunner:
 
     def llm_identity(self) -> dict:
         backend = self.backend()
-        return {"backend": backend.name, "model": backend.model, "options": dict(backend.options),
-                **({"host": backend.host} if getattr(backend, "host", None) else {})}
+        return {
+            "backend": backend.name,
+            "model": backend.model,
+            "options": dict(backend.options),
+            **({"host": backend.host} if getattr(backend, "host", None) else {}),
+        }
 
     def backend(self):
         if self._backend is None:
-            from jaxarena.llm.selector import make_backend
+            from jaxarena.llm.backends import make_backend
 
             kwargs = {}
             if self.config.llm == "ollama":
@@ -329,16 +165,27 @@ class ProtocolRunner:
             self._selector = TagSelector(backend, cache=self.cache_path is not None, cache_path=self.cache_path)
         return self._selector
 
-    def _rollout(self, combination: str, env, env_params, tag_source) -> tuple[Any, float]:
-        """The compiled rollout for a combination (compiled once; reused across bots)."""
+    def _rollout(self, combination: str, env, env_params) -> tuple[Any, float]:
+        """The compiled rollout for a combination (compiled once; reused across bots).
+
+        B's tag source is the selector's `jax_fn`: the compiled program keeps
+        calling the selector it was traced with, so what changes per cell is
+        the selector's state (context, on_call), never the function.
+        """
         import jax
+
         from jaxarena.llm.rollout import make_rollout
 
         if combination in self._compiled:
             return self._compiled[combination], 0.0
         policy, params, _, _ = self.policy(combination)
+        tag_source = self.config.tag_a if combination == "A" else self.selector().jax_fn()
         fn = make_rollout(
-            env, env_params, policy, tag_source, self.config.episodes,
+            env,
+            env_params,
+            policy,
+            tag_source,
+            self.config.episodes,
             latency_steps=self.config.latency_steps if combination == "B" else 0,
             num_periods=self.config.num_periods,
         )
@@ -356,25 +203,24 @@ class ProtocolRunner:
 
         c = self.config
         policy, params = self.policy(combination)[:2]
-        env, env_params = jaxarena.make(policy.env_id, bot=bot)
+        env, env_params = jaxarena.make(policy_env_id(policy), bot=bot)
         selector, before, n_records = None, None, 0
-        if combination == "A":
-            tag_source = c.tag_a
-        else:
+        if combination == "B":
             selector = self.selector()
             selector.context = {"combination": combination, "bot": bot}
             before = selector.stats.as_dict()
             n_records = len(selector.records)
-            # One tag source for the run: the compiled B program (reused for every bot)
-            # keeps calling the object it was traced with, so only its callback changes.
-            if self._tag_source is None:
-                self._tag_source = _ProgressTagSource(selector, on_progress)
-            self._tag_source.on_progress = on_progress
-            tag_source = self._tag_source.tag_fn()
-        compiled, compile_s = self._rollout(combination, env, env_params, tag_source)
+        compiled, compile_s = self._rollout(combination, env, env_params)
         key = jax.numpy.asarray(cell_key_data(c.seed, bot))
+        if selector is not None:
+            # The bar counts the batch's finished episodes, which each LLM call reports.
+            selector.on_call = lambda stats, done: on_progress(done)
         t = time.perf_counter()
-        result = jax.block_until_ready(compiled(params, env_params, key))
+        try:
+            result = jax.block_until_ready(compiled(params, env_params, key))
+        finally:
+            if selector is not None:
+                selector.on_call = None
         wall = time.perf_counter() - t
         episode_keys = np.asarray(jax.random.split(key, c.episodes))
 
@@ -458,8 +304,13 @@ class ProtocolRunner:
             return None
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=total_cells * self.config.episodes, initial=done_cells * self.config.episodes,
-                   unit="ep", dynamic_ncols=True, smoothing=0.05)
+        bar = tqdm(
+            total=total_cells * self.config.episodes,
+            initial=done_cells * self.config.episodes,
+            unit="ep",
+            dynamic_ncols=True,
+            smoothing=0.05,
+        )
         self._postfix(bar)
         return bar
 

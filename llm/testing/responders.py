@@ -1,0 +1,97 @@
+"""What the test server answers with, when no fault is injected.
+
+A responder maps a prompt to reply text (`make_responder` builds one from the
+server's `--responder` value):
+  - "embedded" (default): the embedded JAX model (`backends.embedded`), so the
+    replies are a real model's words; concurrent requests are micro-batched.
+  - "hash-digit": a deterministic digit 0-3 from a hash of the state line; fast,
+    for tests and benchmarks that count faults rather than judge answers.
+  - "fixed:TEXT": always TEXT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import queue
+import threading
+import time
+from collections.abc import Callable
+
+from jaxarena.names import BOT_MAX_HP, NPC_MAX_HP, NUM_NPCS, NUM_TAGS
+
+from ..types import Prompt
+
+Responder = Callable[[Prompt], str]
+
+RESPONDERS: tuple[str, ...] = ("embedded", "hash-digit", "fixed:TEXT")
+
+
+def hash_digit(prompt: Prompt) -> str:
+    """A deterministic tag for a state line: the same prompt always gets the same digit."""
+    return str(hashlib.sha256(prompt.user.encode()).digest()[0] % NUM_TAGS)
+
+
+class EmbeddedResponder:
+    """Answers with the embedded JAX model, batching requests that arrive together.
+
+    HTTP handler threads each submit one prompt; a single worker thread, which
+    owns the model and one event loop, takes whatever is queued (up to `max_batch`)
+    and generates for all of it in one batched call.
+    """
+
+    def __init__(self, max_batch: int):
+        from ..backends.embedded import EmbeddedBackend  # heavy import: only when used
+
+        self.backend = EmbeddedBackend(max_batch=max_batch)
+        self.model = self.backend.model
+        self.max_batch = max_batch
+        self._queue: queue.Queue = queue.Queue()
+        self._loop = asyncio.new_event_loop()
+        threading.Thread(target=self._work, name="embedded-responder", daemon=True).start()
+
+    def _work(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        while True:
+            batch = [self._queue.get()]
+            # A short wait lets requests that arrive together share one batch.
+            deadline = time.monotonic() + 0.005
+            while len(batch) < self.max_batch:
+                try:
+                    batch.append(self._queue.get(timeout=max(0.0, deadline - time.monotonic())))
+                except queue.Empty:
+                    break
+            try:
+                replies = self._loop.run_until_complete(self.backend.generate([p for p, _ in batch]))
+                if len(replies) != len(batch):
+                    raise RuntimeError(f"backend returned {len(replies)} replies for {len(batch)} prompts")
+                results = [(r.text, r.error) for r in replies]
+            except Exception as exc:  # a model failure must answer, not hang, the requests
+                results = [("", f"{type(exc).__name__}: {exc}")] * len(batch)
+            for (_, box), result in zip(batch, results, strict=True):
+                box.put(result)
+
+    def __call__(self, prompt: Prompt) -> str:
+        box: queue.Queue = queue.Queue(maxsize=1)
+        self._queue.put((prompt, box))
+        text, error = box.get(timeout=600)
+        if error is not None:
+            raise RuntimeError(error)
+        return text
+
+
+def make_responder(spec: str, max_batch: int) -> tuple[Responder, str]:
+    """Returns (responder, default model name) for a --responder value."""
+    if spec == "embedded":
+        responder = EmbeddedResponder(max_batch)
+        # Compile for the real prompt's shapes before announcing "ready".
+        from ..prompt import build_prompt
+
+        responder(build_prompt(BOT_MAX_HP, NPC_MAX_HP, NUM_NPCS, 0, 20.0))
+        return responder, responder.model
+    if spec == "hash-digit":
+        return hash_digit, "test-digit"
+    if spec.startswith("fixed:"):
+        text = spec[len("fixed:") :]
+        return (lambda prompt: text), "test-fixed"
+    raise ValueError(f"unknown responder {spec!r}; use {', '.join(RESPONDERS[:-1])} or {RESPONDERS[-1]}")

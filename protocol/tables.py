@@ -1,0 +1,217 @@
+"""The report's text: the paper's Tables 6-9 (its numbers) and ours beside them, as markdown.
+
+`render_report(summary)` turns a run's summary (`summary.summarize`) into
+`report.md`; nothing here computes a statistic. Tag names, fallback causes,
+bot names and the episode length come from `jaxarena.names`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from jaxarena.names import BOT_TYPES, EPISODE_S, FALLBACK_REASONS, NUM_TAGS, TAG_NAMES
+
+# The paper's numbers (n = 100 per bot type), for reference in the report.
+# Columns: mean, median, std (s), NPC win %, bot win %, timeout %.
+PAPER_TABLE6 = {  # Combination A
+    "aggressive": (77.72, 80.03, 22.51, 8.0, 90.0, 2.0),
+    "evasive": (78.31, 73.42, 21.12, 90.0, 1.0, 9.0),
+    "balanced": (104.08, 120.00, 22.21, 11.0, 29.0, 60.0),
+}
+PAPER_TABLE7 = {  # Combination B
+    "aggressive": (66.54, 61.98, 26.51, 8.0, 84.0, 8.0),
+    "evasive": (70.48, 67.15, 16.21, 93.0, 3.0, 4.0),
+    "balanced": (105.82, 120.01, 22.71, 24.0, 14.0, 62.0),
+}
+# U, p, stars, r (the paper's r equals the rank-biserial 1 - 2U/(n1 n2)), direction.
+PAPER_TABLE8 = {
+    "aggressive": (6430.5, 0.0005, "***", -0.286, "B shorter"),
+    "evasive": (6032.0, 0.0117, "*", -0.206, "B shorter"),
+    "balanced": (3668.5, 0.0011, "**", 0.266, "B longer"),
+}
+PAPER_TABLE9 = {"counts": (2036, 103, 107, 184), "pct": (83.8, 4.2, 4.4, 7.6), "total": 2430}
+
+
+def format_p(p: float) -> str:
+    """A p-value as the tables and figures print it."""
+    return f"{p:.2e}" if p < 1e-4 else f"{p:.4f}"
+
+
+def _row(*cells) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def _desc_table(title: str, ours: dict, paper: dict) -> list[str]:
+    """Table 6 or 7: ours (with bootstrap CIs) and the paper's row, per bot."""
+    lines = [
+        f"### {title}",
+        "",
+        (
+            "| Bot Type | Source | Mean (s) | Median (s) | Std (s) | NPC Win % | Bot Win % | Timeout % "
+            "| NPC Win 95% CI | Bot Win 95% CI | Timeout 95% CI |"
+        ),
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---|---|",
+    ]
+    for bot in BOT_TYPES:
+        if bot in ours:
+            r = ours[bot]
+            ci = r["ci95"]
+            lines.append(
+                f"| {bot.capitalize()} | ours (n={r['n']}) "
+                f"| {r['mean_s']:.2f} | {r['median_s']:.2f} | {r['std_s']:.2f} "
+                f"| {r['npc_win_pct']:.1f}% | {r['bot_win_pct']:.1f}% | {r['timeout_pct']:.1f}% "
+                + "".join(f"| {ci[k][0]:.1f}–{ci[k][1]:.1f} " for k in ("npc_win", "bot_win", "timeout"))
+                + "|"
+            )
+        if bot in paper:
+            m, md, sd, w, bw, to = paper[bot]
+            lines.append(
+                f"| {bot.capitalize()} | paper (n=100) | {m:.2f} | {md:.2f} | {sd:.2f} "
+                f"| {w:.1f}% | {bw:.1f}% | {to:.1f}% | | | |"
+            )
+    return lines + [""]
+
+
+def _mann_whitney_table(mw: dict) -> list[str]:
+    """Table 8: ours and the paper's test per bot, then how to read it."""
+    lines = [
+        "### Table 8. Mann–Whitney U test, A vs B (two-sided, α = 0.05)",
+        "",
+        "| Bot | Source | U | p | r = Z/√N | r_rb | Direction |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    for bot in BOT_TYPES:
+        if bot in mw:
+            m = mw[bot]
+            lines.append(
+                f"| {bot.capitalize()} | ours (n1={m['n1']}, n2={m['n2']}) | {m['U']:.1f} "
+                f"| {format_p(m['p'])}{m['stars']} | {m['r']:+.3f} | {m['r_rb']:+.3f} "
+                f"| {m['direction']} |"
+            )
+        u, p, st, r, direction = PAPER_TABLE8[bot]
+        lines.append(f"| {bot.capitalize()} | paper (n1=n2=100) | {u:.1f} | {p:.4f}{st} | | {r:+.3f} | {direction} |")
+    return lines + [
+        "",
+        (
+            "U is A's statistic (`scipy.stats.mannwhitneyu(A, B)`); r and r_rb are negative when B's "
+            "episodes are shorter. Stars: *** p < 0.001, ** p < 0.01, * p < 0.05, ns otherwise. "
+            "The paper's r column equals the rank-biserial r_rb = 1 − 2U/(n1·n2) "
+            "(e.g. 1 − 2·6430.5/10000 = −0.286), so it is printed in that column."
+        ),
+        "",
+    ]
+
+
+def _tag_tables(tags: dict, fb: dict) -> list[str]:
+    """Table 9 (ours beside the paper's), tags by bot, and fallbacks by cause."""
+    t = tags["overall"]
+    lines = [
+        (f"### Table 9. LLM strategy tag selection frequency ({t['total']} decisions; paper: {PAPER_TABLE9['total']})"),
+        "",
+        "| Tag | Name | Count | % | Paper count | Paper % | From a usable reply |",
+        "|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for i, name in enumerate(TAG_NAMES):
+        pct = t["pct"][i]
+        lines.append(
+            f"| {i} | {name} | {t['counts'][i]} | {pct:.1f} | {PAPER_TABLE9['counts'][i]} "
+            f"| {PAPER_TABLE9['pct'][i]:.1f} | {tags['replied']['counts'][i]} |"
+        )
+    lines += [
+        "",
+        (
+            "Count: the tag in force after each decision, as in the paper (a fallback keeps the "
+            "previous tag); the last column counts only decisions whose reply was a valid digit."
+        ),
+    ]
+    lines += [
+        "",
+        "By bot type (counts, then %):",
+        "",
+        _row("Bot", *TAG_NAMES, "Total"),
+        "|---|" + "---:|" * (NUM_TAGS + 1),
+    ]
+    for bot in BOT_TYPES:
+        if bot in tags["by_bot"]:
+            tb = tags["by_bot"][bot]
+            counts = [f"{c} ({p:.1f}%)" for c, p in zip(tb["counts"], tb["pct"], strict=True)]
+            lines.append(_row(bot.capitalize(), *counts, tb["total"]))
+    lines += [
+        "",
+        "Fallbacks (the previous tag kept), by cause:",
+        "",
+        _row("Bot", *FALLBACK_REASONS, "total"),
+        "|---|" + "---:|" * (len(FALLBACK_REASONS) + 1),
+    ]
+    for bot in BOT_TYPES:
+        if bot in fb["by_bot"]:
+            lines.append(
+                _row(bot.capitalize(), *(fb["by_bot"][bot][r] for r in FALLBACK_REASONS), fb["by_bot"][bot]["total"])
+            )
+    lines.append(_row("All", *(fb["overall"][r] for r in FALLBACK_REASONS), fb["overall"]["total"]))
+    lines.append("")
+    if t["total"] and fb["overall"]["total"] > 0.5 * t["total"]:
+        # Say it where the reader looks: with most replies unusable, B is mostly "A with
+        # the previous tag", and the A-vs-B comparison measures the policies, not the LLM.
+        lines += [
+            (
+                f"**Note:** {fb['overall']['total']} of {t['total']} decisions "
+                f"({100 * fb['overall']['total'] / t['total']:.0f}%) were fallbacks that kept the previous "
+                "tag, so the LLM barely steered Combination B in this run."
+            ),
+            "",
+        ]
+    return lines
+
+
+def render_report(summary: dict, figures: Sequence[str] = ()) -> str:
+    """report.md: Tables 6-9 in the paper's layout, ours beside the paper's, then figures and set-up."""
+    cfg = summary["config"]
+    d = summary["descriptive"]
+    llm = summary.get("llm")
+    lines = [
+        f"# jaxarena evaluation protocol — run `{summary['run_id']}`",
+        "",
+        (
+            f"{cfg['episodes']} episodes per bot type and combination, seed {cfg['seed']}, paired seeds for A and B. "
+            f"LLM: {llm['backend'] if llm else '—'} ({llm['model'] if llm else '—'}). "
+            f"Time-to-defeat is the episode length in seconds (timeouts count as {EPISODE_S:g} s). "
+            "The paper's numbers (Unity, n = 100) are printed under ours for reference; "
+            "they come from a different simulator and policies, so agreement is not expected."
+        ),
+        "",
+    ]
+    if "A" in d:
+        lines += _desc_table("Table 6. Combination A — descriptive statistics", d["A"], PAPER_TABLE6)
+    if "B" in d:
+        lines += _desc_table("Table 7. Combination B — descriptive statistics", d["B"], PAPER_TABLE7)
+    if summary["mann_whitney"]:
+        lines += _mann_whitney_table(summary["mann_whitney"])
+    if summary["tags"]["overall"]["total"] or "B" in d:
+        lines += _tag_tables(summary["tags"], summary["fallbacks"])
+    if figures:
+        lines += ["## Figures", ""] + [f"![{Path(f).stem}]({Path(f).name})" for f in figures] + [""]
+    tm = summary["timings"]
+    lc = summary.get("llm_counters") or {}
+    policies = ", ".join(
+        f"{k}: `{v['source']}` ({v['sha256'][:19]}…, {v.get('env_id', 'Arena-v0')})"
+        for k, v in summary["policies"].items()
+    )
+    lines += [
+        "## Run",
+        "",
+        (
+            f"- Timings (s, summed over cells): compile {tm['cells_compile_s']:.1f}, simulation "
+            f"{tm['cells_simulation_s']:.1f}, LLM {tm['cells_llm_s']:.1f}."
+        ),
+        (
+            f"- LLM: {lc.get('calls', 0)} batched calls, {lc.get('decisions', 0)} decisions, "
+            f"{lc.get('distinct_prompts', 0)} distinct prompts, {lc.get('llm_requests', 0)} sent to the model, "
+            f"{lc.get('cache_hits', 0)} cache hits, {lc.get('fallback_total', 0)} fallbacks."
+        ),
+        f"- Policies: {policies}",
+        "- Versions, seeds, checksums and every number above: `summary.json`.",
+        "",
+    ]
+    return "\n".join(lines)
