@@ -3,19 +3,21 @@
 Measures, printing one JSON line each:
   load        weights-cache load time, cold (dequantize the GGUF and write the
               cache, in a temporary cache folder) and warm (read the cache);
-  batch B     for each batch size: compile time of the programs (first call
-              minus a timed call),
-              then prompts/s over `--batches` calls of B distinct prompts
-              (realistic state lines, every prompt different, so no cache
-              helps), through the backend's own generate path (tokenize,
-              shared-prefix KV cache, read, 3 sampled tokens, decode);
+  batch B     for each batch size and decode mode ("free": read + 3 sampled
+              tokens, Table 10; "choice": one forward pass, the 4 option
+              logits, a seeded pick): compile time of the programs (first
+              call minus a timed call), then prompts/s over `--batches` calls
+              of B distinct prompts (realistic state lines, every prompt
+              different, so no cache helps), through the generator's own
+              path (tokenize, shared-prefix KV cache, forward);
   backend     unique decisions/s through `EmbeddedBackend.generate` (async
               API, chunks of the largest batch size), end to end;
   selector    decisions/s through `TagSelector.select` (the batched selector the
               rollout calls): a batch of distinct states with a cold prompt
               cache, then the same states again with a warm one;
-  replies     what the model said for the prompts of the largest batch
-              (reply counts, and how many parse to a valid tag).
+  replies     what the model said for the prompts of the largest batch, per
+              decode mode (reply counts, how many parse to a valid tag, and
+              for choice the mean probability of each tag).
 
 Each line also has `loadavg_1m` and `cpu_s_per_prompt`: on a shared machine the
 wall-clock rate drops with other load, while CPU seconds per prompt do not.
@@ -55,13 +57,13 @@ def distinct_prompts(n: int, seed: int):
     return out
 
 
-def _backend_rate(gen, batch: int, batches: int, seed: int) -> dict:
+def _backend_rate(gen, batch: int, batches: int, seed: int, decode: str) -> dict:
     """Unique decisions/s through `EmbeddedBackend.generate` (async, in a thread)."""
     import asyncio
 
     from jaxarena.llm.backends.embedded import EmbeddedBackend
 
-    backend = EmbeddedBackend(max_batch=batch, generator=gen)
+    backend = EmbeddedBackend(decode=decode, max_batch=batch, generator=gen)
     prompts = distinct_prompts(batch * batches, seed=seed)
     t = time.perf_counter()
     replies = asyncio.run(backend.generate(prompts))
@@ -70,7 +72,7 @@ def _backend_rate(gen, batch: int, batches: int, seed: int) -> dict:
     return {"decisions_per_s": round(len(prompts) / dt, 2), "prompts": len(prompts)}
 
 
-def _selector_rates(gen, n: int, seed: int) -> dict:
+def _selector_rates(gen, n: int, seed: int, decode: str) -> dict:
     """Decisions/s through TagSelector.select: cold prompt cache, then warm."""
     from jaxarena.llm.backends.embedded import EmbeddedBackend
     from jaxarena.llm.selector import TagSelector
@@ -87,7 +89,7 @@ def _selector_rates(gen, n: int, seed: int) -> dict:
         axis=-1,
     ).astype(np.float32)
     prev, done = np.zeros(n, np.int32), np.zeros(n, bool)
-    backend = EmbeddedBackend(max_batch=32, generator=gen)
+    backend = EmbeddedBackend(decode=decode, max_batch=32, generator=gen)
     with TagSelector(backend, cache=True, keep_records=False) as selector:
         t = time.perf_counter()
         selector.select(features, prev, done, 5.0)
@@ -151,68 +153,76 @@ def main() -> None:
     print(json.dumps({**load_times(args.skip_cold), **info}), flush=True)
 
     loaded = load_model()
-    seed = 0
-    last = None
+    last, backend_rate, selector_rate = {}, {}, {}
     for B in args.batch_sizes:
         gen = SmolLM2Generator(loaded, batch_buckets=(B,))
-        warm = distinct_prompts(B, seed=10_000 + B)
-        t = time.perf_counter()
-        gen.generate([(p.system, p.user) for p in warm])
-        compile_s = time.perf_counter() - t
-        times, cpu, n = [], 0.0, 0
-        load0 = os.getloadavg()[0]
-        for _ in range(args.batches):
-            prompts = distinct_prompts(B, seed=seed)
-            seed += 1
-            t, c = time.perf_counter(), time.process_time()
-            gens = gen.generate([(p.system, p.user) for p in prompts])
-            times.append(time.perf_counter() - t)
-            cpu += time.process_time() - c
-            n += len(gens)
-        last = (prompts, gens)
-        if B == max(args.batch_sizes):
-            backend_rate = _backend_rate(gen, B, args.batches, seed=50_000)
-            selector_rate = _selector_rates(gen, 4 * B, seed=60_000)
-        print(
-            json.dumps(
-                {
-                    "bench": "llm_embedded",
-                    "batch": B,
-                    "prompts_per_s": round(n / sum(times), 2),
-                    "best_batch_prompts_per_s": round(B / min(times), 2),
-                    "batch_s_median": round(float(np.median(times)), 3),
-                    # First call = compile (read, decode and prefix programs) + one run.
-                    "first_call_s": round(compile_s, 2),
-                    "compile_s": round(compile_s - float(np.median(times)), 2),
-                    # CPU seconds (all threads) per prompt. On a shared machine the
-                    # wall-clock rate understates what dedicated cores give;
-                    # cores / cpu_s_per_prompt bounds it from above.
-                    "cpu_s_per_prompt": round(cpu / n, 4),
-                    "prompts": n,
-                    "loadavg_1m": round((load0 + os.getloadavg()[0]) / 2, 2),
-                }
-            ),
-            flush=True,
-        )
+        for decode in ("free", "choice"):
+            run = gen.generate if decode == "free" else gen.choose
+            seed = 0  # the same prompts for both modes
+            warm = distinct_prompts(B, seed=10_000 + B)
+            t = time.perf_counter()
+            run([(p.system, p.user) for p in warm])
+            compile_s = time.perf_counter() - t
+            times, cpu, n = [], 0.0, 0
+            load0 = os.getloadavg()[0]
+            for _ in range(args.batches):
+                prompts = distinct_prompts(B, seed=seed)
+                seed += 1
+                t, c = time.perf_counter(), time.process_time()
+                gens = run([(p.system, p.user) for p in prompts])
+                times.append(time.perf_counter() - t)
+                cpu += time.process_time() - c
+                n += len(gens)
+            last[decode] = gens
+            if B == max(args.batch_sizes):
+                backend_rate[decode] = _backend_rate(gen, B, args.batches, seed=50_000, decode=decode)
+                selector_rate[decode] = _selector_rates(gen, 4 * B, seed=60_000, decode=decode)
+            _print_batch(B, decode, n, times, compile_s, cpu, load0)
         del gen
 
-    if last is not None:
-        print(json.dumps({"bench": "llm_embedded_backend", "batch": max(args.batch_sizes), **backend_rate}), flush=True)
-        print(json.dumps({"bench": "llm_selector", "batch": max(args.batch_sizes), **selector_rate}), flush=True)
-        _, gens = last
+    for decode, gens in last.items():
+        B = max(args.batch_sizes)
+        line = {"bench": "llm_embedded_backend", "decode": decode, "batch": B, **backend_rate[decode]}
+        print(json.dumps(line), flush=True)
+        print(json.dumps({"bench": "llm_selector", "decode": decode, "batch": B, **selector_rate[decode]}), flush=True)
         texts = collections.Counter(g.text for g in gens)
         valid = sum(parse_tag(g.text, previous=0)[1] is None for g in gens)
+        extra = {}
+        if decode == "choice":
+            extra["mean_probs"] = [round(float(x), 3) for x in np.mean([g.probs for g in gens], axis=0)]
         print(
             json.dumps(
                 {
                     "bench": "llm_embedded_replies",
+                    "decode": decode,
                     "prompts": len(gens),
                     "valid_tags": valid,
                     "replies": dict(texts.most_common(8)),
+                    **extra,
                 }
             ),
             flush=True,
         )
+
+
+def _print_batch(B, decode, n, times, compile_s, cpu, load0) -> None:
+    line = {
+        "bench": "llm_embedded",
+        "decode": decode,
+        "batch": B,
+        "prompts_per_s": round(n / sum(times), 2),
+        "best_batch_prompts_per_s": round(B / min(times), 2),
+        "batch_s_median": round(float(np.median(times)), 3),
+        # First call = compile (the mode's programs and the prefix) + one run.
+        "first_call_s": round(compile_s, 2),
+        "compile_s": round(compile_s - float(np.median(times)), 2),
+        # CPU seconds (all threads) per prompt. On a shared machine the wall-clock
+        # rate understates what dedicated cores give; cores / cpu_s_per_prompt bounds it.
+        "cpu_s_per_prompt": round(cpu / n, 4),
+        "prompts": n,
+        "loadavg_1m": round((load0 + os.getloadavg()[0]) / 2, 2),
+    }
+    print(json.dumps(line), flush=True)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import model as M
+from . import programs as P
+from .choice import TAG_OPTIONS, choose_option, option_token_ids, softmax
 from .tokenizer import ChatTokenizer, chatml, chatml_prefix
 from .weights import LoadedModel, load_model
 
@@ -49,13 +51,15 @@ class Generation:
     """One prompt's result: decoded text, new token ids, and an error if any.
 
     `first_logits` holds the float32 logits of the first generated position
-    (only when asked for; used by tests and analysis).
+    (only when asked for; used by tests and analysis). A choice (`choose`)
+    sets `probs`, the options' renormalised next-token probabilities.
     """
 
     text: str
     token_ids: tuple[int, ...]
     error: str | None = None
     first_logits: np.ndarray | None = None
+    probs: tuple[float, ...] | None = None
 
 
 def prompt_rng_key(system: str, user: str, seed: int) -> np.ndarray:
@@ -70,88 +74,6 @@ def prompt_rng_key(system: str, user: str, seed: int) -> np.ndarray:
     h.update(b"\x00")
     h.update(user.encode("utf-8"))
     return np.frombuffer(h.digest(), dtype=np.uint32).copy()
-
-
-def sample_token(logits: jax.Array, key: jax.Array, temperature, top_p, top_k: int) -> jax.Array:
-    """Sample one token id from (V,) logits; temperature <= 0 means greedy.
-
-    Order as Ollama's sampler: keep the top-k logits, divide by temperature,
-    keep the smallest set whose probability reaches top_p (at least one token),
-    then draw.
-    """
-    vals, idx = jax.lax.top_k(logits, top_k)  # sorted, descending
-    t = jnp.maximum(temperature, 1e-6)
-    scaled = vals / t
-    probs = jax.nn.softmax(scaled)
-    before = jnp.cumsum(probs) - probs  # mass of strictly better tokens
-    keep = before < top_p
-    choice = jax.random.categorical(key, jnp.where(keep, scaled, -jnp.inf))
-    # Select the position first and gather once: `where(t > 0, idx[choice], idx[0])`
-    # made XLA:CPU replace the fast top-k by a full sort (0.26 s per call).
-    return idx[jnp.where(temperature > 0, choice, 0)]
-
-
-def _sample_rows(logits, key_data, step, temperature, top_p, top_k: int):
-    """Sample one token per row; row keys are folded with the step index."""
-    keys = jax.random.wrap_key_data(key_data, impl="threefry2x32")
-    return jax.vmap(lambda lg, k: sample_token(lg, jax.random.fold_in(k, step), temperature, top_p, top_k))(
-        logits, keys
-    )
-
-
-def _read_program(cfg, top_k, max_new, params, pk, pv, p_valid, p_len, tokens, n_pad, key_data, temperature, top_p):
-    """Read left-padded suffixes after the shared prefix and sample the first token.
-
-    tokens: (B, S) int32, left-padded; n_pad: (B,) pad count per row.
-    Returns (first token (B,), its logits (B, V) f32, own_k, own_v) where the own
-    caches have S + max_new - 1 slots: the suffix, then the tokens fed back.
-    """
-    B, S = tokens.shape
-    own_len = S + max_new - 1
-    slots = jnp.arange(own_len)
-    own_valid = slots[None, :] >= n_pad[:, None]  # (B, own_len)
-    positions = jnp.maximum(p_len + jnp.arange(S)[None, :] - n_pad[:, None], 0)
-    causal = jnp.arange(S)[:, None] >= slots[None, :]
-    o_mask = causal[None] & own_valid[:, None, :]
-    kv_zero = jnp.zeros((B, own_len, cfg.n_kv_heads, cfg.head_dim), params["embed"].dtype)
-    own = (kv_zero,) * cfg.n_layers
-    x, own_k, own_v = M.layers_forward(
-        cfg, params, M.embed(params, tokens), positions, pk, pv, p_valid, o_mask, own, own, 0
-    )
-    logits = M.lm_head(cfg, params, x[:, -1])
-    return _sample_rows(logits, key_data, 0, temperature, top_p, top_k), logits, own_k, own_v
-
-
-def _decode_program(
-    cfg, top_k, params, pk, pv, p_valid, n_pad, own_k, own_v, tok, slot, positions, step, key_data, temperature, top_p
-):
-    """Feed back one token per row and sample the next.
-
-    tok: (B,) last sampled tokens, written at own slot `slot` with RoPE
-    `positions` (B,). Returns (next token (B,), own_k, own_v).
-
-    Kept as its own jitted program: fused into the read program (by scan or by
-    unrolling) the two decode steps cost 3-5x more on XLA:CPU than as
-    separate calls.
-    """
-    own_len = own_k[0].shape[1]
-    slots = jnp.arange(own_len)
-    mask = ((slots[None, :] >= n_pad[:, None]) & (slots[None, :] <= slot))[:, None, :]
-    x, own_k, own_v = M.layers_forward(
-        cfg, params, M.embed(params, tok[:, None]), positions[:, None], pk, pv, p_valid, mask, own_k, own_v, slot
-    )
-    logits = M.lm_head(cfg, params, x[:, 0])
-    return _sample_rows(logits, key_data, step, temperature, top_p, top_k), own_k, own_v
-
-
-def _prefix_program(cfg, params, tokens, valid):
-    """KV cache of one right-padded prefix: (k, v), tuples of (P, KV, D) per layer."""
-    P = tokens.shape[1]
-    pk, pv, p_valid = M.empty_prefix(cfg, params["embed"].dtype)
-    o_mask = jnp.tril(jnp.ones((P, P), bool))[None] & valid[:, None, :]
-    positions = jnp.arange(P)[None, :]
-    _, k, v = M.layers_forward(cfg, params, M.embed(params, tokens), positions, pk, pv, p_valid, o_mask)
-    return tuple(x[0] for x in k), tuple(x[0] for x in v)
 
 
 @dataclasses.dataclass
@@ -203,11 +125,12 @@ class SmolLM2Generator:
         self._prefix_cache_size = prefix_cache_size
         self._system_ids_cache: dict[str, list[int]] = {}
         cfg = self.cfg
-        self._read = jax.jit(partial(_read_program, cfg, self.top_k, self.max_new_tokens))
+        self._read = jax.jit(partial(P.read_program, cfg, self.top_k, self.max_new_tokens))
         # Donating the caches lets XLA update them in place.
-        self._decode = jax.jit(partial(_decode_program, cfg, self.top_k), donate_argnums=(5, 6))
-        self._pre = jax.jit(partial(_prefix_program, cfg))
+        self._decode = jax.jit(partial(P.decode_program, cfg, self.top_k), donate_argnums=(5, 6))
+        self._pre = jax.jit(partial(P.prefix_program, cfg))
         self._full = jax.jit(partial(M.full_forward, cfg))
+        self._options = jax.jit(partial(P.option_logits_program, cfg))
 
     # ----------------------------------------------------------------- prefix
     def _prefix(self, ids: tuple[int, ...]) -> _Prefix:
@@ -269,9 +192,37 @@ class SmolLM2Generator:
         """
         with self._lock:
             pairs = [(str(s), str(u)) for s, u in prompts]
-            return self._generate_locked(pairs, float(temperature), float(top_p), return_logits)
+            run = partial(
+                self._run_chunk, temperature=float(temperature), top_p=float(top_p), return_logits=return_logits
+            )
+            return self._batched(pairs, self.max_new_tokens, run)
 
-    def _generate_locked(self, prompts, temperature, top_p, return_logits):
+    def choose(
+        self,
+        prompts: Sequence[tuple[str, str]],
+        options: Sequence[str] = TAG_OPTIONS,
+        *,
+        temperature: float = 0.1,
+        top_p: float = 0.9,
+    ) -> list[Generation]:
+        """Choice decoding (see `choice`): each reply is one of `options`, with `probs` over them.
+
+        One forward pass per prompt up to the reply's first token; never raises per prompt.
+        """
+        with self._lock:
+            pairs = [(str(s), str(u)) for s, u in prompts]
+            ids = option_token_ids(self.tokenizer.encode, options)
+            run = partial(
+                self._choice_chunk,
+                options=tuple(options),
+                option_ids=ids,
+                temperature=float(temperature),
+                top_p=float(top_p),
+            )
+            return self._batched(pairs, 0, run)
+
+    def _batched(self, prompts, new_tokens: int, run_chunk) -> list[Generation]:
+        """Groups prompts by shared prefix, runs `run_chunk(prefix, chunk, unique_prompts)` per batch."""
         # Identical prompts get identical replies (the sampling key is a hash of
         # the text), so each distinct prompt is computed once.
         unique = list(dict.fromkeys(prompts))
@@ -284,7 +235,7 @@ class SmolLM2Generator:
         for i, ((system, _), ids) in enumerate(zip(unique, all_ids, strict=True)):
             k = self.split_prefix(system, ids)
             suffix = ids[k:]
-            total = len(ids) + self.max_new_tokens
+            total = len(ids) + new_tokens
             if len(suffix) > max_suffix or total > self.cfg.context_length:
                 results[i] = Generation(
                     "",
@@ -301,12 +252,13 @@ class SmolLM2Generator:
             items.sort(key=lambda it: len(it[1]))
             for start in range(0, len(items), self.max_batch):
                 chunk = items[start : start + self.max_batch]
-                outs = self._run_chunk(prefix, chunk, unique, temperature, top_p, return_logits)
+                outs = run_chunk(prefix, chunk, unique)
                 for (i, _), gen in zip(chunk, outs, strict=True):
                     results[i] = gen
         return [results[where[p]] for p in prompts]
 
-    def _run_chunk(self, prefix, chunk, prompts, temperature, top_p, return_logits):
+    def _pack(self, chunk, prompts):
+        """A chunk's suffixes left-padded into (B, S) bucket shapes, with per-row pad counts and keys."""
         B = self._bucket(len(chunk), self.batch_buckets)
         S = self._bucket(max(len(s) for _, s in chunk), self.suffix_buckets)
         tokens = np.zeros((B, S), np.int32)
@@ -316,6 +268,23 @@ class SmolLM2Generator:
             tokens[r, S - len(suffix) :] = suffix
             n_pad[r] = S - len(suffix)
             key_data[r] = prompt_rng_key(prompts[i][0], prompts[i][1], self.seed)
+        return tokens, n_pad, key_data
+
+    def _choice_chunk(self, prefix, chunk, prompts, options, option_ids, temperature, top_p):
+        tokens, n_pad, key_data = self._pack(chunk, prompts)
+        logits = np.asarray(
+            self._options(
+                self.params, prefix.k, prefix.v, prefix.valid, np.int32(prefix.length), tokens, n_pad, option_ids
+            )
+        )
+        out = []
+        for r in range(len(chunk)):
+            k = choose_option(logits[r], temperature, top_p, key_data[r])
+            out.append(Generation(options[k], (int(option_ids[k]),), None, None, tuple(softmax(logits[r]).tolist())))
+        return out
+
+    def _run_chunk(self, prefix, chunk, prompts, temperature, top_p, return_logits):
+        tokens, n_pad, key_data = self._pack(chunk, prompts)
         new, logits0 = self._run_program(prefix, tokens, n_pad, key_data, temperature, top_p, len(chunk))
         logits0 = np.asarray(logits0) if return_logits else None
         out = []
@@ -375,15 +344,21 @@ class SmolLM2Generator:
         valid = (np.arange(T) < len(ids))[None]
         return np.asarray(self._full(self.params, toks, valid))[0, len(ids) - 1]
 
-    def warmup(self, system: str, batch_sizes: Sequence[int] | None = None, suffix_len: int = 64) -> None:
-        """Compile the programs a run will use (prefix, and each batch bucket)."""
+    def warmup(
+        self, system: str, batch_sizes: Sequence[int] | None = None, suffix_len: int = 64, decode: str = "free"
+    ) -> None:
+        """Compile the programs a run will use (prefix, and each batch bucket) for one decode mode."""
         ids = tuple(self._system_ids(system))
         prefix = self._prefix(ids)
+        option_ids = option_token_ids(self.tokenizer.encode)
         for b in batch_sizes or self.batch_buckets:
             S = self._bucket(suffix_len, self.suffix_buckets)
             B = self._bucket(b, self.batch_buckets)
-            B_tokens = np.zeros((B, S), np.int32)
-            out = self._run_program(
-                prefix, B_tokens, np.full((B,), S - 1, np.int32), np.zeros((B, 2), np.uint32), 0.1, 0.9
-            )
+            tokens, n_pad = np.zeros((B, S), np.int32), np.full((B,), S - 1, np.int32)
+            if decode == "choice":
+                out = self._options(
+                    self.params, prefix.k, prefix.v, prefix.valid, np.int32(prefix.length), tokens, n_pad, option_ids
+                )
+            else:
+                out = self._run_program(prefix, tokens, n_pad, np.zeros((B, 2), np.uint32), 0.1, 0.9)
             jax.block_until_ready(out)

@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import json
 import math
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ import numpy as np
 from jaxarena.names import BOT_MAX_HP, FALLBACK_REASONS, LLM_FEATURES, NPC_MAX_HP, NUM_NPCS, NUM_TAGS
 
 from .backends import make_backend
+from .cache import PromptCache, cache_key
 from .prompt import build_prompt, parse_tag
 from .types import Backend, Prompt, Reply
 
@@ -84,57 +84,6 @@ class EventLoopThread:
         self._thread.join(timeout=10)
         if not self._thread.is_alive():
             self.loop.close()
-
-
-def cache_key(backend: str, model: str, prompt: Prompt, options: dict) -> str:
-    """The prompt cache's key: a SHA-256 hex digest of everything that determines the reply.
-
-    Its value is what the on-disk cache files are keyed by; changing how it is
-    computed would make every existing cache miss.
-    """
-    blob = json.dumps(
-        {"backend": backend, "model": model, "system": prompt.system, "user": prompt.user, "options": options},
-        sort_keys=True,
-    )
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
-class PromptCache:
-    """Reply texts by `cache_key`, in memory and, given a path, in an append-only JSONL file.
-
-    Only replies that arrived (no backend error) are cached; an invalid reply
-    *is* cached, because it is what the model said for that prompt. The file
-    is read at start-up (later lines win) and appended to as replies arrive, so
-    a crashed run keeps what it had already paid for.
-    """
-
-    def __init__(self, path: str | os.PathLike | None = None):
-        self.path = Path(path) if path is not None else None
-        self._texts: dict[str, str] = {}
-        if self.path is not None and self.path.exists():
-            with self.path.open(encoding="utf-8") as f:
-                for line in f:
-                    try:
-                        entry = json.loads(line)
-                        self._texts[entry["key"]] = entry["reply"]
-                    except (json.JSONDecodeError, KeyError, TypeError):
-                        continue  # a torn last line from a killed run; skip it
-
-    def __len__(self) -> int:
-        return len(self._texts)
-
-    def get(self, key: str) -> str | None:
-        return self._texts.get(key)
-
-    def put_many(self, entries: Sequence[tuple[str, str, dict]]) -> None:
-        """Stores (key, reply, description) triples; the description is written to disk for humans."""
-        for key, reply, _ in entries:
-            self._texts[key] = reply
-        if self.path is not None and entries:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("a", encoding="utf-8") as f:
-                for key, reply, about in entries:
-                    f.write(json.dumps({"key": key, "reply": reply, **about}) + "\n")
 
 
 @dataclasses.dataclass
@@ -299,11 +248,12 @@ class TagSelector:
                 prompt = build_prompt(*feats[i], **self.prompt_limits)
                 groups.setdefault(prompt, []).append(int(i))
             uniques = list(groups)
-            keys = [cache_key(self.backend.name, self.backend.model, p, self.backend.options) for p in uniques]
+            decode = getattr(self.backend, "decode", "free")
+            keys = [cache_key(self.backend.name, self.backend.model, p, self.backend.options, decode) for p in uniques]
 
             cached = [self.cache.get(k) if self.cache is not None else None for k in keys]
-            to_send = [i for i, text in enumerate(cached) if text is None]
-            answers: list[tuple[Reply, bool]] = [(Reply(text=t or "", latency_s=0.0), True) for t in cached]
+            to_send = [i for i, reply in enumerate(cached) if reply is None]
+            answers: list[tuple[Reply, bool]] = [(reply or Reply("", 0.0), True) for reply in cached]
             for idx, reply in zip(to_send, self._ask([uniques[i] for i in to_send]), strict=True):
                 answers[idx] = (reply, False)
             if self.cache is not None:
@@ -311,7 +261,7 @@ class TagSelector:
                     [
                         (
                             keys[i],
-                            answers[i][0].text,
+                            answers[i][0],
                             {"backend": self.backend.name, "model": self.backend.model, "user": uniques[i].user},
                         )
                         for i in to_send
@@ -337,6 +287,8 @@ class TagSelector:
                             "prompt_hash": key[:16],
                             "prev_tag": int(prev[episode]),
                             "reply": reply.text,
+                            "decode": decode,
+                            "probs": None if reply.probs is None else [round(p, 6) for p in reply.probs],
                             "error": reply.error,
                             "tag": tag,
                             "fallback": reason,

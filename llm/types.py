@@ -26,12 +26,15 @@ class Reply:
 
     `text` is the raw generated text ("" on error), `latency_s` the wall time
     spent on this prompt, and `error` a short reason when no text came back
-    (timeout, HTTP status, connection refused, ...).
+    (timeout, HTTP status, connection refused, ...). `probs` is set by choice
+    decoding where the backend can see the model's distribution: the
+    renormalised probabilities of the options ("0".."3"), else None.
     """
 
     text: str
     latency_s: float
     error: str | None = None
+    probs: tuple[float, ...] | None = None
 
 
 class Backend(Protocol):
@@ -44,5 +47,6 @@ class Backend(Protocol):
     name: str
     model: str
     options: dict
+    decode: str  # "choice" (constrained to the options) or "free" (Table 10's generation)
 
     async def generate(self, prompts: Sequence[Prompt]) -> list[Reply]: ...

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from jaxarena.llm.backends import BACKENDS
+from jaxarena.llm.choice import DECODE_MODES
 from jaxarena.names import BOT_TYPES
 
 from .config import COMBINATIONS, ProtocolConfig
@@ -120,6 +121,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="tag selector backend for B (default: embedded SmolLM2-135M, no server)",
     )
     p.add_argument("--model", default=None, help="Ollama model (default mistral)")
+    p.add_argument(
+        "--decode",
+        choices=DECODE_MODES,
+        default=None,
+        help="choice: one tag digit, with the model's probabilities; free: Table 10's 3-token generation "
+        "(default: choice for the embedded model, free for Ollama)",
+    )
     p.add_argument("--host", default=None, help="Ollama host (default $OLLAMA_HOST or localhost:11434)")
     p.add_argument("--latency-steps", type=int, default=0, help="ticks before a chosen tag takes effect (default 0)")
     p.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples for win-rate CIs")
@@ -148,6 +156,7 @@ def config_from_args(args: argparse.Namespace) -> ProtocolConfig:
         llm=args.llm,
         model=args.model,
         host=args.host,
+        decode=args.decode,
         latency_steps=args.latency_steps,
         n_boot=args.n_boot,
     )

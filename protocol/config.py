@@ -13,6 +13,7 @@ import dataclasses
 import numpy as np
 
 from jaxarena.llm.backends import BACKENDS
+from jaxarena.llm.choice import DECODE_MODES
 from jaxarena.names import BOT_TYPES, bot_index
 
 COMBINATIONS: tuple[str, ...] = ("A", "B")
@@ -29,6 +30,10 @@ class ProtocolConfig:
       `jaxarena.policies.SCRIPTED` ("scripted:focus_fire", "scripted:random", ...).
     llm: "embedded" (in-process SmolLM2-135M, the default) or "ollama".
     model: the Ollama model (e.g. "mistral"); ignored by the embedded backend.
+    decode: "choice" (the reply is one tag digit, with the model's probabilities
+      where the backend has them) or "free" (Table 10's 3-token generation);
+      None = the backend's default: choice for the embedded model, free (the
+      paper's mode) for Ollama.
     greedy: take the policy's most likely action instead of sampling it.
     tag_a: Combination A's fixed tag (0 in the paper).
     latency_steps: ticks between a decision and its tag taking effect (0 = at once).
@@ -46,6 +51,7 @@ class ProtocolConfig:
     llm: str = "embedded"
     model: str | None = None
     host: str | None = None
+    decode: str | None = None
     tag_a: int = 0
     latency_steps: int = 0
     num_periods: int | None = None
@@ -63,6 +69,8 @@ class ProtocolConfig:
             raise ValueError("episodes must be >= 1")
         if self.llm not in BACKENDS:
             raise ValueError(f"unknown LLM backend {self.llm!r}; choose from {', '.join(BACKENDS)}")
+        if self.decode is not None and self.decode not in DECODE_MODES:
+            raise ValueError(f"unknown decode mode {self.decode!r}; choose from {', '.join(DECODE_MODES)}")
 
     def policy_for(self, combination: str) -> str:
         return self.policy_a if combination == "A" else self.policy_b

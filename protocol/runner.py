@@ -103,6 +103,7 @@ class ProtocolRunner:
             "backend": backend.name,
             "model": backend.model,
             "options": dict(backend.options),
+            "decode": getattr(backend, "decode", "free"),
             **({"host": backend.host} if getattr(backend, "host", None) else {}),
         }
 
@@ -113,6 +114,8 @@ class ProtocolRunner:
             kwargs = {}
             if self.config.llm == "ollama":
                 kwargs = {"model": self.config.model or "mistral", "host": self.config.host}
+            if self.config.decode is not None:
+                kwargs["decode"] = self.config.decode
             self._backend = make_backend(self.config.llm, **kwargs)
         return self._backend
 

@@ -32,6 +32,7 @@ import numpy as np
 from scipy import stats as sps
 
 from jaxarena import names
+from jaxarena.llm.choice import entropy_bits
 
 #: Outcome code -> name, as `info["outcome"]` reports it (`jaxarena.names.OUTCOMES`).
 OUTCOME_NAMES: dict[int, str] = dict(enumerate(names.OUTCOMES))
@@ -155,4 +156,23 @@ def tag_frequency(tags: Sequence[int], num_tags: int = names.NUM_TAGS) -> dict:
         "total": total,
         "counts": [int(c) for c in counts],
         "pct": [100.0 * float(c) / total if total else math.nan for c in counts],
+    }
+
+
+def choice_probabilities(probs: Sequence[Sequence[float]], num_tags: int = names.NUM_TAGS) -> dict:
+    """What a choice-decoding LLM preferred: the mean of its per-decision tag probabilities,
+    the mean entropy of those distributions (bits; 2.0 is indifference among 4 tags) and
+    how often each tag was its most probable one. Empty input gives n = 0 and NaNs."""
+    if len(probs) == 0:
+        return {"n": 0, "mean": [math.nan] * num_tags, "entropy_bits": math.nan, "top1": [0] * num_tags}
+    p = np.asarray(probs, dtype=np.float64)
+    if p.ndim != 2 or p.shape[1] != num_tags:
+        raise ValueError(f"expected one probability per tag ({num_tags}) for each decision, got shape {p.shape}")
+    entropy = entropy_bits(p)
+    top1 = np.bincount(np.argmax(p, axis=-1), minlength=num_tags)
+    return {
+        "n": int(len(p)),
+        "mean": [float(x) for x in p.mean(axis=0)],
+        "entropy_bits": float(entropy.mean()),
+        "top1": [int(x) for x in top1],
     }

@@ -146,6 +146,14 @@ def summarize(cells: dict[str, dict], config: ProtocolConfig, meta: dict) -> dic
         # Tags from usable replies only (a fallback's tag is the previous one, not a choice).
         "replied": stats.tag_frequency([d["tag"] for d in all_decisions if not d.get("fallback")]),
         "by_bot": {c["bot"]: stats.tag_frequency([d["tag"] for d in c["decisions"]]) for c in b_cells},
+        # What the model preferred, where the backend reports it (choice decoding of the embedded model).
+        "probs": {
+            "overall": stats.choice_probabilities([d["probs"] for d in all_decisions if d.get("probs")]),
+            "by_bot": {
+                c["bot"]: stats.choice_probabilities([d["probs"] for d in c["decisions"] if d.get("probs")])
+                for c in b_cells
+            },
+        },
     }
 
     def fallback_counts(decisions):

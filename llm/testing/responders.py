@@ -1,12 +1,17 @@
 """What the test server answers with, when no fault is injected.
 
-A responder maps a prompt to reply text (`make_responder` builds one from the
-server's `--responder` value):
+A responder maps a prompt, and the integer choices a request's `format`
+allows (None when unconstrained), to reply text (`make_responder` builds one
+from the server's `--responder` value):
   - "embedded" (default): the embedded JAX model (`backends.embedded`), so the
     replies are a real model's words; concurrent requests are micro-batched.
-  - "hash-digit": a deterministic digit 0-3 from a hash of the state line; fast,
-    for tests and benchmarks that count faults rather than judge answers.
-  - "fixed:TEXT": always TEXT.
+    Under a `format` it is constrained as Ollama's grammar constrains a model:
+    choice decoding over the allowed values (`jaxarena.llm.choice`).
+  - "hash-digit": a deterministic digit 0-3 (or one of the allowed values)
+    from a hash of the state line; fast, for tests and benchmarks that count
+    faults rather than judge answers.
+  - "fixed:TEXT": always TEXT, format or not (for tests of what a client does
+    with a reply it did not ask for).
 """
 
 from __future__ import annotations
@@ -22,14 +27,15 @@ from jaxarena.names import BOT_MAX_HP, NPC_MAX_HP, NUM_NPCS, NUM_TAGS
 
 from ..types import Prompt
 
-Responder = Callable[[Prompt], str]
+Responder = Callable[[Prompt, "tuple[int, ...] | None"], str]
 
 RESPONDERS: tuple[str, ...] = ("embedded", "hash-digit", "fixed:TEXT")
 
 
-def hash_digit(prompt: Prompt) -> str:
-    """A deterministic tag for a state line: the same prompt always gets the same digit."""
-    return str(hashlib.sha256(prompt.user.encode()).digest()[0] % NUM_TAGS)
+def hash_digit(prompt: Prompt, choices: tuple[int, ...] | None = None) -> str:
+    """A deterministic tag for a state line: the same prompt always gets the same digit (one of `choices`)."""
+    byte = hashlib.sha256(prompt.user.encode()).digest()[0]
+    return str(byte % NUM_TAGS) if choices is None else str(choices[byte % len(choices)])
 
 
 class EmbeddedResponder:
@@ -43,7 +49,7 @@ class EmbeddedResponder:
     def __init__(self, max_batch: int):
         from ..backends.embedded import EmbeddedBackend  # heavy import: only when used
 
-        self.backend = EmbeddedBackend(max_batch=max_batch)
+        self.backend = EmbeddedBackend(decode="free", max_batch=max_batch)
         self.model = self.backend.model
         self.max_batch = max_batch
         self._queue: queue.Queue = queue.Queue()
@@ -61,19 +67,36 @@ class EmbeddedResponder:
                     batch.append(self._queue.get(timeout=max(0.0, deadline - time.monotonic())))
                 except queue.Empty:
                     break
-            try:
-                replies = self._loop.run_until_complete(self.backend.generate([p for p, _ in batch]))
-                if len(replies) != len(batch):
-                    raise RuntimeError(f"backend returned {len(replies)} replies for {len(batch)} prompts")
-                results = [(r.text, r.error) for r in replies]
-            except Exception as exc:  # a model failure must answer, not hang, the requests
-                results = [("", f"{type(exc).__name__}: {exc}")] * len(batch)
-            for (_, box), result in zip(batch, results, strict=True):
-                box.put(result)
+            # Requests under the same constraint share one batched call.
+            by_choices: dict = {}
+            for item in batch:
+                by_choices.setdefault(item[1], []).append(item)
+            for choices, items in by_choices.items():
+                try:
+                    results = self._answer([p for p, _, _ in items], choices)
+                except Exception as exc:  # a model failure must answer, not hang, the requests
+                    results = [("", f"{type(exc).__name__}: {exc}")] * len(items)
+                for (_, _, box), result in zip(items, results, strict=True):
+                    box.put(result)
 
-    def __call__(self, prompt: Prompt) -> str:
+    def _answer(self, prompts: list[Prompt], choices: tuple[int, ...] | None) -> list[tuple[str, str | None]]:
+        if choices is None:
+            replies = self._loop.run_until_complete(self.backend.generate(prompts))
+            if len(replies) != len(prompts):
+                raise RuntimeError(f"backend returned {len(replies)} replies for {len(prompts)} prompts")
+            return [(r.text, r.error) for r in replies]
+        options = self.backend.options
+        gens = self.backend.load().choose(
+            [(p.system, p.user) for p in prompts],
+            tuple(str(c) for c in choices),
+            temperature=options["temperature"],
+            top_p=options["top_p"],
+        )
+        return [(g.text, g.error) for g in gens]
+
+    def __call__(self, prompt: Prompt, choices: tuple[int, ...] | None = None) -> str:
         box: queue.Queue = queue.Queue(maxsize=1)
-        self._queue.put((prompt, box))
+        self._queue.put((prompt, choices, box))
         text, error = box.get(timeout=600)
         if error is not None:
             raise RuntimeError(error)
@@ -93,5 +116,5 @@ def make_responder(spec: str, max_batch: int) -> tuple[Responder, str]:
         return hash_digit, "test-digit"
     if spec.startswith("fixed:"):
         text = spec[len("fixed:") :]
-        return (lambda prompt: text), "test-fixed"
+        return (lambda prompt, choices=None: text), "test-fixed"
     raise ValueError(f"unknown responder {spec!r}; use {', '.join(RESPONDERS[:-1])} or {RESPONDERS[-1]}")

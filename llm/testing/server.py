@@ -215,6 +215,12 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             system, user = str(body.get("system") or ""), str(body.get("prompt") or "")
         prompt = Prompt(system=system, user=user)
+        try:
+            choices = format_choices(body.get("format"))
+        except ValueError as exc:
+            # Ollama answers a schema it cannot turn into a grammar with a 400 in its error shape.
+            self._send_json(400, {"error": f"invalid format: {exc}"})
+            return
         kind, fault_text = state.admit("chat" if chat else "generate", prompt, body)
 
         if kind == "timeout":
@@ -238,7 +244,7 @@ class _Handler(BaseHTTPRequestHandler):
                 text = fault_text
             else:
                 try:
-                    text = state.responder(prompt)
+                    text = state.responder(prompt, choices)
                 except Exception as exc:
                     with state.lock:
                         state.responder_errors += 1
@@ -259,6 +265,27 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, {**common, "message": {"role": "assistant", "content": text}})
         else:
             self._send_json(200, {**common, "response": text})
+
+
+def format_choices(fmt) -> tuple[int, ...] | None:
+    """The integer values a request's `format` allows, or None when it has none.
+
+    The test server understands the structured output jaxarena sends for a
+    choice, `{"type": "integer", "enum": [...]}`; anything else raises
+    ValueError with the reason (the server answers it with HTTP 400).
+    """
+    if fmt is None or fmt == "":
+        return None
+    if not isinstance(fmt, dict):
+        raise ValueError(f"expected a JSON schema object, got {type(fmt).__name__} {fmt!r}")
+    if fmt.get("type") != "integer":
+        raise ValueError(f'only {{"type": "integer", "enum": [...]}} is supported here, got type {fmt.get("type")!r}')
+    enum = fmt.get("enum")
+    if not isinstance(enum, list) or not enum or not all(isinstance(v, int) and not isinstance(v, bool) for v in enum):
+        raise ValueError(f'"enum" must be a non-empty list of integers, got {enum!r}')
+    if len(set(enum)) != len(enum) or any(not 0 <= v <= 9 for v in enum):
+        raise ValueError(f'"enum" values must be distinct single digits, got {enum!r}')
+    return tuple(enum)
 
 
 class _Server(ThreadingHTTPServer):

@@ -126,7 +126,7 @@ def test_sampler_respects_top_p_and_temperature():
     import jax
     import jax.numpy as jnp
 
-    from jaxarena.llm.generate import sample_token
+    from jaxarena.llm.programs import sample_token
 
     logits = jnp.array([5.0, 4.9, 1.0, 0.0, -3.0])
     keys = jax.random.split(jax.random.key(0), 400)

@@ -14,6 +14,8 @@ each on 2 CPU cores), so it is marked `slow`: run with `pytest -m slow`.
 from __future__ import annotations
 
 import asyncio
+import json
+import urllib.request
 
 import numpy as np
 import pytest
@@ -27,7 +29,7 @@ from jaxarena.names import FALLBACK_REASONS, NUM_TAGS
 
 pytestmark = pytest.mark.slow
 
-# The server's responder generates with one slot, i.e. `EmbeddedBackend(max_batch=1)`.
+# The server's responder generates with one slot, i.e. `EmbeddedBackend(decode="free", max_batch=1)`.
 SLOTS = 1
 
 
@@ -44,7 +46,7 @@ def in_process():
     """`prompt -> text`: what the server's responder generates, computed here."""
     from jaxarena.llm.backends.embedded import EmbeddedBackend
 
-    backend = EmbeddedBackend(max_batch=SLOTS)
+    backend = EmbeddedBackend(decode="free", max_batch=SLOTS)
     texts: dict[Prompt, str] = {}
 
     def reply_text(prompt: Prompt) -> str:
@@ -83,6 +85,40 @@ def test_real_model_replies_through_the_ollama_client(model_server, in_process):
     }
 
 
+def test_structured_output_is_the_models_choice(model_server):
+    """`decode="choice"` sends Ollama's `format`; the server's model answers as choice decoding does here."""
+    from jaxarena.llm.backends.embedded import EmbeddedBackend
+
+    model = model_server.stats()["models"][0]
+    backend = OllamaBackend(model, model_server.url, decode="choice")
+    prompts = [build_prompt(300 - 90 * i, 60 - 15 * i, 5 - i, i % 2, 20.0 - 6 * i) for i in range(3)]
+
+    async def go():
+        try:
+            return await backend.generate(prompts)
+        finally:
+            await backend.aclose()
+
+    replies = asyncio.run(go())
+    expected = EmbeddedBackend(decode="choice", max_batch=SLOTS).generate_sync(prompts)
+    assert [r.text for r in replies] == [e.text for e in expected]
+    assert all(parse_tag(r, 0)[1] is None for r in replies)  # a digit, never a fallback
+    assert model_server.stats()["last_request"]["format"] == {"type": "integer", "enum": [0, 1, 2, 3]}
+    # A narrower enum constrains the model to it, as Ollama's grammar would: "1", its favourite, is not allowed.
+    body = {
+        "model": model,
+        "messages": [{"role": "system", "content": prompts[0].system}, {"role": "user", "content": prompts[0].user}],
+        "format": {"type": "integer", "enum": [0, 2, 3]},
+        "stream": False,
+    }
+    request = urllib.request.Request(model_server.url + "/api/chat", json.dumps(body).encode())
+    with urllib.request.urlopen(request, timeout=120) as response:
+        text = json.loads(response.read())["message"]["content"]
+    generator = EmbeddedBackend(decode="choice", max_batch=SLOTS).load()
+    (expected_narrow,) = generator.choose([(prompts[0].system, prompts[0].user)], ("0", "2", "3"))
+    assert text == expected_narrow.text and text in ("0", "2", "3")
+
+
 def test_selector_with_the_real_model(model_server, in_process, tmp_path):
     model = model_server.stats()["models"][0]
     feats = np.array([[300, 60, 5, 0, 20.0], [150, 30, 3, 1, 2.5], [300, 60, 5, 0, 20.0]], np.float32)
@@ -115,7 +151,7 @@ def test_default_selector_runs_the_embedded_model_inside_the_jitted_rollout(tmp_
         return jax.random.randint(key, (5,), 0, 6)
 
     with TagSelector(log_path=tmp_path / "d.jsonl") as selector:
-        assert selector.backend.name == "embedded"
+        assert selector.backend.name == "embedded" and selector.backend.decode == "choice"
         result = rollout_with_llm(env, params, policy, None, jax.random.key(0), selector, num_episodes=4, num_periods=2)
     assert selector.stats.calls == 2 and selector.stats.errors == 0
     assert len(selector.records) == int(np.asarray(result.decision_active).sum())
@@ -123,3 +159,6 @@ def test_default_selector_runs_the_embedded_model_inside_the_jitted_rollout(tmp_
         assert record["model"] == selector.backend.model and record["error"] is None
         assert 0 <= record["tag"] < NUM_TAGS and record["fallback"] in (None, *FALLBACK_REASONS)
         assert (record["tag"], record["fallback"]) == parse_tag(record["reply"], record["prev_tag"])
+        # Choice decoding: every decision is the model's own pick, with its probabilities.
+        assert record["fallback"] is None and record["decode"] == "choice"
+        assert len(record["probs"]) == NUM_TAGS and abs(sum(record["probs"]) - 1.0) < 1e-4

@@ -15,8 +15,9 @@ import pytest
 from llm_servers import digit_server, free_port, server  # noqa: F401 - pytest fixtures
 
 from jaxarena.llm.backends.ollama import OllamaBackend
+from jaxarena.llm.cache import PromptCache, cache_key
 from jaxarena.llm.prompt import build_prompt
-from jaxarena.llm.selector import PromptCache, TagSelector, cache_key
+from jaxarena.llm.selector import TagSelector
 from jaxarena.llm.testing import hash_digit
 from jaxarena.names import LLM_FEATURES
 
@@ -28,6 +29,8 @@ LOG_FIELDS = {
     "prompt_hash",
     "prev_tag",
     "reply",
+    "decode",
+    "probs",
     "error",
     "tag",
     "fallback",

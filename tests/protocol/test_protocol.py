@@ -81,6 +81,15 @@ def test_outputs_are_complete_and_consistent(runs):
     assert s["policies"]["A"]["sha256"].startswith("sha256:") and len(s["policies"]["A"]["sha256"]) == 71
     assert s["llm"]["backend"] == "embedded"
     assert s["tags"]["replied"]["total"] == s["tags"]["overall"]["total"] - s["fallbacks"]["overall"]["total"]
+    # The embedded model decodes by choice: no fallbacks, and every decision carries the model's probabilities.
+    records = [json.loads(line) for line in decisions]
+    assert s["fallbacks"]["overall"]["total"] == 0 and {r["decode"] for r in records} == {"choice"}
+    assert all(len(r["probs"]) == 4 and abs(sum(r["probs"]) - 1) < 1e-4 for r in records)
+    assert s["tags"]["probs"]["overall"]["n"] == len(records)
+    assert (
+        s["tags"]["probs"]["overall"]["top1"]
+        == np.bincount([int(np.argmax(r["probs"])) for r in records], minlength=4).tolist()
+    )
     figures = ("fig5_durations_A.png", "fig6_durations_B.png", "fig7_outcomes.png", "fig8_a_vs_b.png", "fig9_tags.png")
     for fig in figures:
         assert (run_dir / fig).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
