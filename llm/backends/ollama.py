@@ -165,6 +165,17 @@ class OllamaBackend:
         """Answers every prompt, concurrently, in order; failures come back as error replies."""
         return list(await asyncio.gather(*(self._one(p) for p in prompts)))
 
+    def generate_sync(self, prompts: Sequence[Prompt]) -> list[Reply]:
+        """Blocking `generate` on an event loop of its own, closing the connections after."""
+
+        async def run() -> list[Reply]:
+            try:
+                return await self.generate(prompts)
+            finally:
+                await self.aclose()
+
+        return asyncio.run(run())
+
     async def check(self) -> None:
         """Fails up front, with a fix in the message, when the server or the model is missing.
 

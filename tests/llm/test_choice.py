@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import urllib.error
 import urllib.request
@@ -128,15 +127,7 @@ def test_test_server_honours_format_and_rejects_a_malformed_one(digit_server):  
         post({"model": model, "messages": messages, "format": {"type": "integer", "enum": "0123"}})
     assert err.value.code == 400 and "invalid format" in json.loads(err.value.read())["error"]
 
-    backend = OllamaBackend(model, digit_server.url, decode="choice")
-
-    async def go():
-        try:
-            return await backend.generate(PROMPTS)
-        finally:
-            await backend.aclose()
-
-    replies = asyncio.run(go())
+    replies = OllamaBackend(model, digit_server.url, decode="choice").generate_sync(PROMPTS)
     assert all(r.error is None and r.text in TAG_OPTIONS and r.probs is None for r in replies)
     assert digit_server.stats()["last_request"]["format"] == {"type": "integer", "enum": [0, 1, 2, 3]}
 

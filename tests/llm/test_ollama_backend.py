@@ -21,19 +21,9 @@ def prompts(n: int, offset: int = 0) -> list[Prompt]:
     return [build_prompt(300 - i - offset, 60, 5, i % 2, 1.0 + 0.1 * i) for i in range(n)]
 
 
-def run(backend: OllamaBackend, batch: list[Prompt]):
-    async def go():
-        try:
-            return await backend.generate(batch)
-        finally:
-            await backend.aclose()
-
-    return asyncio.run(go())
-
-
 def test_replies_come_from_the_server_with_table_10_request(server):
     batch = prompts(6)
-    replies = run(OllamaBackend("mistral", server.url), batch)
+    replies = OllamaBackend("mistral", server.url).generate_sync(batch)
     assert [r.error for r in replies] == [None] * 6
     assert [r.text for r in replies] == [hash_digit(p) for p in batch]
     assert all(r.latency_s > 0 for r in replies)
@@ -64,14 +54,14 @@ def test_host_defaults_to_env_then_localhost(monkeypatch):
 
 def test_env_host_reaches_the_server(server, monkeypatch):
     monkeypatch.setenv("OLLAMA_HOST", server.url)
-    replies = run(OllamaBackend("mistral"), prompts(2))
+    replies = OllamaBackend("mistral").generate_sync(prompts(2))
     assert [r.error for r in replies] == [None, None]
 
 
 def test_concurrency_is_bounded_by_the_semaphore(server):
     server.set_faults(slots=16, delay_s=0.1)
     start = time.perf_counter()
-    replies = run(OllamaBackend("mistral", server.url, concurrency=3), prompts(12))
+    replies = OllamaBackend("mistral", server.url, concurrency=3).generate_sync(prompts(12))
     elapsed = time.perf_counter() - start
     assert all(r.error is None for r in replies)
     assert server.stats()["max_in_slots"] == 3
@@ -81,7 +71,7 @@ def test_concurrency_is_bounded_by_the_semaphore(server):
 def test_server_slots_queue_the_rest(server):
     server.set_faults(slots=2, delay_s=0.1)
     start = time.perf_counter()
-    replies = run(OllamaBackend("mistral", server.url, concurrency=8), prompts(8))
+    replies = OllamaBackend("mistral", server.url, concurrency=8).generate_sync(prompts(8))
     elapsed = time.perf_counter() - start
     assert all(r.error is None for r in replies)
     assert server.stats()["max_in_slots"] == 2
@@ -100,7 +90,7 @@ def test_server_slots_queue_the_rest(server):
 )
 def test_each_fault_becomes_a_reply_not_an_exception(server, fault, error_kind, parse_reason):
     server.set_faults(**{fault: 1.0})
-    replies = run(OllamaBackend("mistral", server.url), prompts(5))
+    replies = OllamaBackend("mistral", server.url).generate_sync(prompts(5))
     assert len(replies) == 5
     for reply in replies:
         if error_kind is None:
@@ -116,7 +106,7 @@ def test_each_fault_becomes_a_reply_not_an_exception(server, fault, error_kind, 
 def test_timeout_is_enforced_per_request(server):
     server.set_faults(p_timeout=1.0, hang_s=10.0)
     start = time.perf_counter()
-    replies = run(OllamaBackend("mistral", server.url, timeout_s=0.3, concurrency=4), prompts(4))
+    replies = OllamaBackend("mistral", server.url, timeout_s=0.3, concurrency=4).generate_sync(prompts(4))
     elapsed = time.perf_counter() - start
     assert elapsed < 5.0  # the client gave up at 0.3 s; it did not wait for the server's 10 s
     for reply in replies:
@@ -128,7 +118,7 @@ def test_timeout_is_enforced_per_request(server):
 def test_mixed_faults_match_the_server_counts(server):
     server.set_faults(p_http_500=0.2, p_drop=0.1, p_garbage=0.1, p_empty=0.1, p_out_of_range=0.1, seed=7)
     server.reset()
-    replies = run(OllamaBackend("mistral", server.url, concurrency=4), prompts(60))
+    replies = OllamaBackend("mistral", server.url, concurrency=4).generate_sync(prompts(60))
     faults = server.stats()["faults"]
     kinds = [r.error.split(":")[0] if r.error else parse_tag(r, 0)[1] for r in replies]
     assert kinds.count("http_500") == faults["http_500"]
@@ -142,7 +132,7 @@ def test_mixed_faults_match_the_server_counts(server):
 
 def test_server_down_gives_error_replies_and_a_clear_check(free_port):
     backend = OllamaBackend("mistral", f"http://127.0.0.1:{free_port}")
-    replies = run(backend, prompts(3))
+    replies = backend.generate_sync(prompts(3))
     assert all(r.error.startswith("connect") for r in replies)
     with pytest.raises(BackendUnavailable, match="ollama serve"):
         backend.check_sync()
@@ -154,7 +144,7 @@ def test_check_passes_and_names_missing_models(server):
     with pytest.raises(BackendUnavailable, match=r"ollama pull llama3"):
         OllamaBackend("llama3", server.url).check_sync()
     # Without check(), a missing model is an error reply (Ollama answers 404).
-    replies = run(OllamaBackend("llama3", server.url), prompts(1))
+    replies = OllamaBackend("llama3", server.url).generate_sync(prompts(1))
     assert replies[0].error.startswith("http_404")
 
 

@@ -13,7 +13,6 @@ each on 2 CPU cores), so it is marked `slow`: run with `pytest -m slow`.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import urllib.request
 
@@ -67,13 +66,7 @@ def test_real_model_replies_through_the_ollama_client(model_server, in_process):
     backend.check_sync()
     prompts = [build_prompt(300 - 40 * i, 60 - 9 * i, 5 - i, i % 2, 12.0 - 2.5 * i) for i in range(3)]
 
-    async def go():
-        try:
-            return await backend.generate(prompts)
-        finally:
-            await backend.aclose()
-
-    replies = asyncio.run(go())
+    replies = backend.generate_sync(prompts)
     assert [r.error for r in replies] == [None] * 3
     # The model's own words, unchanged by HTTP and the ollama client, and for the right prompt.
     assert [r.text for r in replies] == [in_process(p) for p in prompts]
@@ -93,13 +86,7 @@ def test_structured_output_is_the_models_choice(model_server):
     backend = OllamaBackend(model, model_server.url, decode="choice")
     prompts = [build_prompt(300 - 90 * i, 60 - 15 * i, 5 - i, i % 2, 20.0 - 6 * i) for i in range(3)]
 
-    async def go():
-        try:
-            return await backend.generate(prompts)
-        finally:
-            await backend.aclose()
-
-    replies = asyncio.run(go())
+    replies = backend.generate_sync(prompts)
     expected = EmbeddedBackend(decode="choice", max_batch=SLOTS).generate_sync(prompts)
     assert [r.text for r in replies] == [e.text for e in expected]
     assert all(parse_tag(r, 0)[1] is None for r in replies)  # a digit, never a fallback
