@@ -23,7 +23,7 @@ from typing import Any
 import jax
 
 from jaxarena.policies import Policy
-from jaxarena.runner import RolloutResult, TagFn, as_tag_fn, fixed_tags, make_runner, schedule_tags
+from jaxarena.runner import RolloutResult, TagFn, fixed_tags, make_runner, schedule_tags
 
 from .selector import TagSelector
 
@@ -62,7 +62,7 @@ def make_rollout(
         env,
         env_params,
         policy,
-        as_tag_fn(tag_source),
+        tag_source,
         num_episodes,
         latency_steps=latency_steps,
         num_periods=num_periods,
