@@ -1,12 +1,15 @@
-"""Batched, jitted text generation for the embedded SmolLM2.
+"""Batched, jitted text generation for a GGUF chat model (the embedded SmolLM2, or any local GGUF).
 
 How a batch of chat prompts becomes replies:
 
-1. Each prompt is rendered with ChatML and tokenized. Its *shared prefix* is the
-   token ids of everything before the user message (system turn + the opening
-   of the user turn). The prefix is matched in token ids, not text, because BPE
-   may merge across the boundary; a prompt whose ids do not start with its
-   system prefix falls back to the longest common prefix.
+1. Each prompt is rendered with the model's own chat template
+   (`tokenizer.ChatTokenizer.render`; for SmolLM2 that is ChatML) and
+   tokenized. Its *shared prefix* is the token ids of everything before the
+   user text (`ChatTokenizer.prefix`: the system turn + the opening of the user
+   turn, or for a template without a system role the start of the user turn
+   that carries the system text). The prefix is matched in token ids, not text,
+   because BPE may merge across the boundary; a prompt whose ids do not start
+   with its system prefix falls back to the longest common prefix.
 2. The prefix's KV cache is computed once (padded to a multiple of
    `PREFIX_BLOCK` so that different system prompts share one compiled program)
    and reused by every batch that shares it.
@@ -38,7 +41,7 @@ import numpy as np
 from . import model as M
 from . import programs as P
 from .choice import TAG_OPTIONS, choose_option, option_token_ids, softmax
-from .tokenizer import ChatTokenizer, chatml, chatml_prefix
+from .tokenizer import ChatTokenizer
 from .weights import LoadedModel, load_model
 
 PREFIX_BLOCK = 32
@@ -85,9 +88,11 @@ class _Prefix:
     length: int
 
 
-class SmolLM2Generator:
-    """Loads SmolLM2 once and generates short replies for batches of chat prompts.
+class GGUFGenerator:
+    """Loads a GGUF model once and generates short replies for batches of chat prompts.
 
+    By default the model is the embedded SmolLM2 (`weights.find_gguf`); pass
+    `gguf_path` (or an already `loaded` model) for any other supported GGUF.
     Thread-safe (one batch at a time). Compiled programs are keyed by
     (batch bucket, suffix bucket, prefix blocks) and reused for the life of the
     object. `dtype=jnp.float32` runs in float32 (slower; used by tests for tight
@@ -167,8 +172,24 @@ class SmolLM2Generator:
         if system not in cache:
             if len(cache) > 64:
                 cache.clear()
-            cache[system] = self.tokenizer.encode(chatml_prefix(system))
+            cache[system] = self.tokenizer.encode(self.tokenizer.prefix(system))
         return cache[system]
+
+    def option_tokens(self, options: Sequence[str] = TAG_OPTIONS) -> tuple[tuple[int, ...], np.ndarray]:
+        """(lead, ids): the reply tokens that every option starts with, then each option's own token.
+
+        With byte-level BPE "0".."3" are one token each and `lead` is empty. A
+        SentencePiece vocabulary spells a reply " 2" as "▁", "2" when it has no
+        "▁2" piece (Mistral): the shared "▁" is then fed as the start of the
+        reply, and the choice is read at the next position.
+        """
+        seqs = [self.tokenizer.encode(o) for o in options]
+        n = len(seqs[0]) if seqs else 0
+        lead = tuple(seqs[0][:-1]) if n > 1 else ()
+        if n and all(len(s) == n and tuple(s[:-1]) == lead for s in seqs):
+            return lead, option_token_ids(lambda o: self.tokenizer.encode(o)[len(lead) :], options)
+        # Options of different shapes: let option_token_ids say why.
+        return (), option_token_ids(self.tokenizer.encode, options)
 
     # ------------------------------------------------------------- generation
     def _bucket(self, n: int, buckets: Sequence[int]) -> int | None:
@@ -211,24 +232,30 @@ class SmolLM2Generator:
         """
         with self._lock:
             pairs = [(str(s), str(u)) for s, u in prompts]
-            ids = option_token_ids(self.tokenizer.encode, options)
+            lead, ids = self.option_tokens(options)
             run = partial(
                 self._choice_chunk,
                 options=tuple(options),
                 option_ids=ids,
+                lead=lead,
                 temperature=float(temperature),
                 top_p=float(top_p),
             )
-            return self._batched(pairs, 0, run)
+            return self._batched(pairs, 0, run, tail=lead)
 
-    def _batched(self, prompts, new_tokens: int, run_chunk) -> list[Generation]:
-        """Groups prompts by shared prefix, runs `run_chunk(prefix, chunk, unique_prompts)` per batch."""
+    def _batched(self, prompts, new_tokens: int, run_chunk, tail: tuple[int, ...] = ()) -> list[Generation]:
+        """Groups prompts by shared prefix, runs `run_chunk(prefix, chunk, unique_prompts)` per batch.
+
+        `tail` (token ids) is appended to every prompt: the start of the reply
+        that choice decoding feeds before reading the options' logits.
+        """
         # Identical prompts get identical replies (the sampling key is a hash of
         # the text), so each distinct prompt is computed once.
         unique = list(dict.fromkeys(prompts))
         where = {p: i for i, p in enumerate(unique)}
         results: list[Generation | None] = [None] * len(unique)
-        all_ids = self.tokenizer.encode_batch([chatml(s, u) for s, u in unique])
+        texts = [self.tokenizer.render(s, u) for s, u in unique]
+        all_ids = [ids + list(tail) for ids in self.tokenizer.encode_batch(texts)]
 
         groups: dict[tuple[int, ...], list[tuple[int, list[int]]]] = collections.defaultdict(list)
         max_suffix = self.suffix_buckets[-1]
@@ -270,7 +297,7 @@ class SmolLM2Generator:
             key_data[r] = prompt_rng_key(prompts[i][0], prompts[i][1], self.seed)
         return tokens, n_pad, key_data
 
-    def _choice_chunk(self, prefix, chunk, prompts, options, option_ids, temperature, top_p):
+    def _choice_chunk(self, prefix, chunk, prompts, options, option_ids, lead, temperature, top_p):
         tokens, n_pad, key_data = self._pack(chunk, prompts)
         logits = np.asarray(
             self._options(
@@ -280,7 +307,8 @@ class SmolLM2Generator:
         out = []
         for r in range(len(chunk)):
             k = choose_option(logits[r], temperature, top_p, key_data[r])
-            out.append(Generation(options[k], (int(option_ids[k]),), None, None, tuple(softmax(logits[r]).tolist())))
+            ids = tuple(lead) + (int(option_ids[k]),)
+            out.append(Generation(options[k], ids, None, None, tuple(softmax(logits[r]).tolist())))
         return out
 
     def _run_chunk(self, prefix, chunk, prompts, temperature, top_p, return_logits):
@@ -337,7 +365,7 @@ class SmolLM2Generator:
     # ------------------------------------------------------------ reference
     def full_logits(self, system: str, user: str) -> np.ndarray:
         """Next-token logits (V,) from the plain, uncached forward (reference path)."""
-        ids = self.tokenizer.encode(chatml(system, user))
+        ids = self.tokenizer.encode(self.tokenizer.render(system, user))
         T = self._bucket(len(ids), (64, 128, 256, 512, 1024, 2048)) or len(ids)
         toks = np.zeros((1, T), np.int32)
         toks[0, : len(ids)] = ids
@@ -350,7 +378,7 @@ class SmolLM2Generator:
         """Compile the programs a run will use (prefix, and each batch bucket) for one decode mode."""
         ids = tuple(self._system_ids(system))
         prefix = self._prefix(ids)
-        option_ids = option_token_ids(self.tokenizer.encode)
+        _, option_ids = self.option_tokens()
         for b in batch_sizes or self.batch_buckets:
             S = self._bucket(suffix_len, self.suffix_buckets)
             B = self._bucket(b, self.batch_buckets)
@@ -362,3 +390,7 @@ class SmolLM2Generator:
             else:
                 out = self._run_program(prefix, tokens, n_pad, np.zeros((B, 2), np.uint32), 0.1, 0.9)
             jax.block_until_ready(out)
+
+
+#: The name this class had when it only ran SmolLM2; kept for existing imports.
+SmolLM2Generator = GGUFGenerator

@@ -1,6 +1,10 @@
-"""The llama forward pass of SmolLM2 in plain `jax.numpy`.
+"""The llama/qwen2 forward pass (SmolLM2, Mistral, Qwen2) in plain `jax.numpy`.
 
-Everything here is pure and jittable. The 30 blocks are an unrolled Python loop
+qwen2 differs from llama only by q/k/v biases (`bqkv`, present only when the
+model has them, so llama's graph is unchanged); both use rotate-half RoPE here
+(see `weights._dequantize_all`).
+
+Everything here is pure and jittable. SmolLM2's 30 blocks are an unrolled Python loop
 over per-layer weights (see `layers_forward` for the measurements that ruled
 out `lax.scan` on CPU). Weights are bf16; RMSNorm, RoPE angles and
 the softmax run in float32, and matrix products accumulate in float32.
@@ -130,7 +134,11 @@ def block(
     B, T, _ = x.shape
     H, KV, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
     h = rms_norm(x, lw["attn_norm"], cfg.rms_eps)
-    qkv = _mm(h, lw["wqkv"])  # one product for q, k and v (fewer, larger matmuls)
+    if "bqkv" in lw:
+        # The bias is added to the float32 accumulator, before rounding to the activation dtype.
+        qkv = (jnp.matmul(h, lw["wqkv"], preferred_element_type=jnp.float32) + lw["bqkv"]).astype(h.dtype)
+    else:
+        qkv = _mm(h, lw["wqkv"])  # one product for q, k and v (fewer, larger matmuls)
     q = rope(qkv[..., : H * D].reshape(B, T, H, D), *rope_cs)
     k = rope(qkv[..., H * D : (H + KV) * D].reshape(B, T, KV, D), *rope_cs)
     v = qkv[..., (H + KV) * D :].reshape(B, T, KV, D)
@@ -192,19 +200,19 @@ def params_to_device(weights: dict, dtype=None) -> dict:
     """Numpy weights from `weights.load_model` → the jax params pytree.
 
     Stacked per-layer arrays (L, ...) become a tuple of per-layer dicts with
-    fused `wqkv` (d, (H + 2 KV) D) and `w_gate_up` (d, 2 F) matrices.
+    fused `wqkv` (d, (H + 2 KV) D) and `w_gate_up` (d, 2 F) matrices, plus a
+    fused float32 `bqkv` ((H + 2 KV) D,) when the model has q/k/v biases (qwen2).
     `dtype` (e.g. jnp.float32) recasts the matrices; activations follow the
-    embedding's dtype. Norm weights always stay float32.
+    embedding's dtype. Norm weights and biases always stay float32.
     """
 
     def put(name, arr):
-        if dtype is not None and not name.endswith("norm"):
+        if dtype is not None and not name.endswith(("norm", "bias")):
             arr = arr.astype(dtype)
         return jnp.asarray(arr)
 
-    n_layers = weights["wq"].shape[0]
-    layers = tuple(
-        {
+    def layer(i):
+        lw = {
             "attn_norm": put("attn_norm", weights["attn_norm"][i]),
             "ffn_norm": put("ffn_norm", weights["ffn_norm"][i]),
             # Fused at load time: q|k|v and gate|up share their input, and one
@@ -214,8 +222,13 @@ def params_to_device(weights: dict, dtype=None) -> dict:
             "w_gate_up": put("w_gate_up", np.concatenate([weights["w_gate"][i], weights["w_up"][i]], axis=1)),
             "w_down": put("w_down", weights["w_down"][i]),
         }
-        for i in range(n_layers)
-    )
+        if "bq_bias" in weights:
+            parts = [np.asarray(weights[k][i], np.float32) for k in ("bq_bias", "bk_bias", "bv_bias")]
+            lw["bqkv"] = put("bqkv_bias", np.concatenate(parts))
+        return lw
+
+    n_layers = weights["wq"].shape[0]
+    layers = tuple(layer(i) for i in range(n_layers))
     out = {
         "layers": layers,
         "embed": put("embed", weights["embed"]),

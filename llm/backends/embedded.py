@@ -33,15 +33,16 @@ _GENERATORS: dict[tuple, object] = {}
 _GENERATORS_LOCK = threading.Lock()
 
 
-def _shared_generator(num_predict: int, seed: int, max_batch: int):
-    from ..generate import DEFAULT_BATCH_BUCKETS, SmolLM2Generator
+def _shared_generator(num_predict: int, seed: int, max_batch: int, gguf_path=None):
+    """The process's generator for this configuration; `gguf_path` None is the embedded SmolLM2."""
+    from ..generate import DEFAULT_BATCH_BUCKETS, GGUFGenerator
 
-    key = (num_predict, seed, max_batch)
+    key = (num_predict, seed, max_batch, None if gguf_path is None else str(gguf_path))
     with _GENERATORS_LOCK:
         gen = _GENERATORS.get(key)
         if gen is None:
             buckets = tuple(b for b in DEFAULT_BATCH_BUCKETS if b < max_batch) + (max_batch,)
-            gen = SmolLM2Generator(max_new_tokens=num_predict, seed=seed, batch_buckets=buckets)
+            gen = GGUFGenerator(gguf_path=gguf_path, max_new_tokens=num_predict, seed=seed, batch_buckets=buckets)
             _GENERATORS[key] = gen
         return gen
 
@@ -56,7 +57,7 @@ class EmbeddedBackend:
       top_p: nucleus mass (Table 10: 0.9).
       seed: mixed into every prompt's sampling key.
       max_batch: prompts per device call; longer lists run in chunks.
-      generator: an already built `generate.SmolLM2Generator` to use (shares its
+      generator: an already built `generate.GGUFGenerator` to use (shares its
         weights and compiled programs); by default one per process and config.
 
     The model is loaded on first use (or by `load()`), so constructing a backend
@@ -65,6 +66,8 @@ class EmbeddedBackend:
     """
 
     name = "embedded"
+    #: The GGUF to run; None is the embedded SmolLM2 (`gguf.GGUFBackend` sets a file).
+    gguf_path = None
 
     def __init__(
         self,
@@ -88,9 +91,9 @@ class EmbeddedBackend:
         self._generator = generator
 
     def load(self):
-        """Load (or reuse) the model now; returns the `SmolLM2Generator`."""
+        """Load (or reuse) the model now; returns the `generate.GGUFGenerator`."""
         if self._generator is None:
-            self._generator = _shared_generator(self.options["num_predict"], self.seed, self.max_batch)
+            self._generator = _shared_generator(self.options["num_predict"], self.seed, self.max_batch, self.gguf_path)
         return self._generator
 
     def warmup(self, system: str | None = None) -> None:

@@ -10,7 +10,7 @@ from jaxarena.llm.backends import BACKENDS, make_backend
 
 def test_builds_each_backend_by_name():
     assert exported is make_backend
-    assert BACKENDS == ("embedded", "ollama")
+    assert BACKENDS == ("embedded", "ollama", "gguf")
     embedded = make_backend()  # the default; cheap: the model loads on first use
     assert embedded.name == "embedded" and embedded.model == "SmolLM2-135M-Instruct.Q4_1"
     assert make_backend("embedded", seed=3).options["seed"] == 3
