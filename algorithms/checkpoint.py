@@ -167,6 +167,8 @@ def make_policy(config: PPOConfig, greedy: bool = False) -> Callable:
         return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
 
     policy.env_id = config.env_id
+    # The arena preset it trained on: evaluate it with jaxarena.make(policy.env_id, scenario=policy.scenario).
+    policy.scenario = config.scenario
     return policy
 
 

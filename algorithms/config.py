@@ -7,9 +7,13 @@ import json
 from typing import Any
 
 from jaxarena.registry import REGISTERED_IDS
+from jaxarena.scenarios import SCENARIOS
 from jaxarena.types import BOT_TYPES, NUM_TAGS
 
 COMBINATIONS = ("A", "B")
+#: B's shaping: Table 5's terms ("paper") or the engagement-gated intent terms ("intent",
+#: `jaxarena.rewards.intent_shaping`); the index is `EnvParams.shaping_recipe`.
+RECIPES = ("paper", "intent")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,13 +33,18 @@ class PPOConfig:
     Combination "A": tag fixed at 0 and `shaping_weight` 0 (team reward
     only). "B": the tag is redrawn uniformly from 0..3 every
     `tag_period_ticks` ticks (5 s, incl. the first tick of each episode) and
-    the Table 5 shaping is on with weight `shaping_weight` (default 1).
+    the Table 5 shaping is on with weight `shaping_weight` (default 1); it is
+    set explicitly, since the arena's default reward is the team reward alone.
+    `scenario` names the arena preset (`jaxarena.scenarios`); a config written
+    before it existed loads as "paper".
     """
 
     combination: str = "A"
     # "ArenaFacing-v0" also shows the policy the bot's facing, which the
     # Surround and Flank shaping depend on (see docs/training.md).
     env_id: str = "Arena-v0"
+    # A preset of jaxarena.scenarios: the rules and stats the arena is built with.
+    scenario: str = "paper"
     # The shipped recipe: 4 of every 6 arenas fight the evasive bot, the only
     # one a naive squad can't beat; with equal shares the policy settled on
     # melee rushes and never learned to corner it.
@@ -64,6 +73,7 @@ class PPOConfig:
     tag_one_hot: bool | None = None
     seed: int = 0
     shaping_weight: float | None = None  # None: 0 for A, 1 for B
+    recipe: str = "paper"  # which shaping `shaping_weight` scales (RECIPES)
     tag_period_ticks: int = 50
     tags: tuple[int, ...] = (0, 1, 2, 3)  # recipe B draws from these, uniformly (repeat one to weight it); A: unused
     init_from: str | None = None  # warm start: policy params of this run dir / packaged name (record only)
@@ -73,6 +83,8 @@ class PPOConfig:
             raise ValueError(f"combination must be one of {COMBINATIONS}, got {self.combination!r}")
         if self.env_id not in REGISTERED_IDS:
             raise ValueError(f"env_id must be one of {REGISTERED_IDS}, got {self.env_id!r}")
+        if self.scenario not in SCENARIOS:
+            raise ValueError(f"scenario must be one of {tuple(SCENARIOS)}, got {self.scenario!r}")
         bots = tuple(self.bots)
         object.__setattr__(self, "bots", bots)
         unknown = [b for b in bots if b not in BOT_TYPES]
@@ -82,6 +94,8 @@ class PPOConfig:
         object.__setattr__(self, "tags", tags)
         if not tags or any(not 0 <= t < NUM_TAGS for t in tags):
             raise ValueError(f"tags must be a non-empty list of tags in 0..{NUM_TAGS - 1}, got {tags}")
+        if self.recipe not in RECIPES:
+            raise ValueError(f"recipe must be one of {RECIPES}, got {self.recipe!r}")
         if self.activation not in ("tanh", "relu"):
             raise ValueError(f"activation must be 'tanh' or 'relu', got {self.activation!r}")
         for name in ("num_envs", "num_steps", "update_epochs", "num_minibatches", "hidden", "tag_period_ticks"):

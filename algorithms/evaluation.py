@@ -20,36 +20,16 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxarena
+from jaxarena.intents import INTENTS, MEASURES, episode_measures
 from jaxarena.names import BOT_TYPES, BOT_WIN, NPC_WIN, NUM_TAGS, OUTCOMES, TIMEOUT, tag_index
-from jaxarena.physics import norm
 from jaxarena.policies import Policy
-from jaxarena.rewards import bearing_cos_sin
-from jaxarena.runner import Accumulator, Tick, hold_tags, make_runner
-
-
-def _tactics_update(acc: dict, tick: Tick) -> dict:
-    """Living NPC-ticks, their summed distance to the bot, and those in the bot's lateral arcs."""
-    state = tick.state
-    alive = (state.npc_hp > 0.0) & tick.running[:, None]
-    dist = norm(state.npc_pos - state.bot_pos[:, None, :])
-    cos, _ = jax.vmap(bearing_cos_sin)(state.npc_pos, state.bot_pos, state.bot_facing)
-    return {
-        "ticks": acc["ticks"] + jnp.sum(alive, -1),
-        "dist": acc["dist"] + jnp.sum(jnp.where(alive, dist, 0.0), -1),
-        "lateral": acc["lateral"] + jnp.sum(alive & (jnp.abs(cos) < 0.5), -1),
-    }
-
-
-TACTICS = Accumulator(
-    init=lambda n: {"ticks": jnp.zeros(n, jnp.int32), "dist": jnp.zeros(n), "lateral": jnp.zeros(n, jnp.int32)},
-    update=_tactics_update,
-)
+from jaxarena.runner import hold_tags, make_runner
 
 
 def _fixed_tag_runner(policy: Policy, env_id: str, n: int, **env_overrides):
     """`run(policy_params, env_params, key, tag)` holding `tag` (traced) for the whole episode."""
     env, params = jaxarena.make(env_id, **env_overrides)
-    return make_runner(env, params, policy, hold_tags, n, accumulators={"tactics": TACTICS}), params
+    return make_runner(env, params, policy, hold_tags, n, accumulators={"intents": INTENTS}), params
 
 
 def run_episodes(
@@ -70,9 +50,9 @@ def run_episodes(
     Returns numpy arrays of shape (n,): `outcome` (1 NPC win, 2 bot win,
     3 timeout), `episode_time` (s), `damage_dealt` (HP the squad took off
     the bot), `episode_return` (rewards summed, averaged over the 5 NPCs;
-    the shaping follows `shaping_weight`), `mean_distance` (NPC-bot distance in u,
-    averaged over living NPC-ticks) and `lateral_share` (share of living
-    NPC-ticks in the bot's lateral arcs, 60 < |theta| < 120 degrees).
+    the team reward alone unless `shaping_weight=...` adds the shaping), and the four intent measures
+    (`jaxarena.intents`): `coverage`, `distance` (also as `mean_distance`),
+    `lateral_share` and `far_share`.
     """
     tag = tag_index(tag)
     run, params = _fixed_tag_runner(policy, env_id, n, bot=bot, **env_overrides)
@@ -81,15 +61,16 @@ def run_episodes(
 
 def _summary(result) -> dict[str, np.ndarray]:
     result = jax.device_get(result)
-    tactics = result.extras["tactics"]
-    live_ticks = np.maximum(tactics["ticks"], 1)
+    measures = jax.device_get(episode_measures(result.extras["intents"]))
     return {
         "outcome": result.outcome,
         "episode_time": result.duration_s,
         "damage_dealt": result.damage_dealt,
         "episode_return": result.team_return,
-        "mean_distance": tactics["dist"] / live_ticks,
-        "lateral_share": tactics["lateral"] / live_ticks,
+        # The older names of two intent measures, kept for their callers.
+        "mean_distance": measures["distance"],
+        "lateral_share": measures["lateral_share"],
+        **measures,
     }
 
 
@@ -124,16 +105,20 @@ def tag_response(
     n: int = 256,
     seed: int = 0,
     env_id: str = "Arena-v0",
+    **env_overrides,
 ) -> dict[str, np.ndarray]:
     """How a Combination B policy plays under each fixed tag, against each bot.
 
     Every (bot, tag) cell replays the same `n` seeded episodes, so tags are
     compared on paired starts. Returns arrays of shape (len(bots), 4 tags, n):
-    `mean_distance`, `lateral_share` and `npc_win` (0/1), as `run_episodes`
-    defines them; average over axes 0 and 2 for one figure per tag.
+    the four intent measures (`jaxarena.intents.MEASURES`), `mean_distance`
+    and `lateral_share` (their older names), `damage_dealt`, `episode_time`
+    and `npc_win` (0/1); average over axes 0 and 2 for one figure per tag.
     """
+    # Tags are in play: the arena pays B's reward (shaping on, weight 1) unless told otherwise.
+    env_overrides.setdefault("shaping_weight", 1.0)
     # Bot and tag are traced: one compile serves every cell.
-    run, default = _fixed_tag_runner(policy, env_id, n)
+    run, default = _fixed_tag_runner(policy, env_id, n, **env_overrides)
     key = jax.random.PRNGKey(seed)
     cells = [
         [
@@ -142,11 +127,10 @@ def tag_response(
         ]
         for bot in bots
     ]
-    return {
-        "mean_distance": np.array([[c["mean_distance"] for c in row] for row in cells]),
-        "lateral_share": np.array([[c["lateral_share"] for c in row] for row in cells]),
-        "npc_win": np.array([[c["outcome"] == NPC_WIN for c in row] for row in cells], dtype=np.float64),
-    }
+    keys = ("mean_distance", "lateral_share", "damage_dealt", "episode_time", *MEASURES)
+    out = {k: np.array([[c[k] for c in row] for row in cells], dtype=np.float64) for k in keys}
+    out["npc_win"] = np.array([[c["outcome"] == NPC_WIN for c in row] for row in cells], dtype=np.float64)
+    return out
 
 
 def paired_gain(per_episode: np.ndarray, tag: int, than: int) -> tuple[float, float]:

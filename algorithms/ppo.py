@@ -35,7 +35,7 @@ from jaxarena.names import BOT_TYPES, BOT_WIN, NPC_WIN, TIMEOUT
 from jaxarena.observe import OWN_HP
 from jaxarena.wrappers import LogState, LogWrapper
 
-from .config import PPOConfig
+from .config import RECIPES, PPOConfig
 from .networks import ActorCritic
 
 ENV_AXIS = "env"
@@ -175,7 +175,12 @@ def make_trainer(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Trainer
     """
     if isinstance(mesh, str):
         mesh = default_mesh(config.num_envs)
-    arena, base_params = jaxarena.make(config.env_id, shaping_weight=config.effective_shaping_weight)
+    arena, base_params = jaxarena.make(
+        config.env_id,
+        scenario=config.scenario,
+        shaping_weight=config.effective_shaping_weight,
+        shaping_recipe=RECIPES.index(config.recipe),
+    )
     env = LogWrapper(arena)  # episode returns, lengths and outcomes for the metrics
     network = ActorCritic(**config.network_kwargs())
     bot_types = bot_types_for(config)

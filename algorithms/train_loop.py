@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from jaxarena.registry import REGISTERED_IDS
+from jaxarena.scenarios import SCENARIOS
 from jaxarena.types import BOT_TYPES
 
 from .config import PPOConfig
@@ -42,6 +43,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--env", dest="env_id", choices=REGISTERED_IDS, default=None, help="arena variant (default Arena-v0)"
     )
+    p.add_argument("--scenario", choices=tuple(SCENARIOS), default=None, help="arena preset (default paper)")
     p.add_argument("--bots", nargs="+", choices=BOT_TYPES, default=None)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--num-envs", type=int, default=None)
@@ -68,7 +70,7 @@ def _config_from_args(args, base: PPOConfig | None) -> PPOConfig:
         changes["combination"] = args.combination
     if args.total_steps is not None:
         changes["total_timesteps"] = int(args.total_steps)
-    for name in ("env_id", "seed", "num_envs", "num_steps", "lr", "hidden"):
+    for name in ("env_id", "scenario", "seed", "num_envs", "num_steps", "lr", "hidden"):
         if getattr(args, name) is not None:
             changes[name] = getattr(args, name)
     if args.bots is not None:
@@ -246,7 +248,7 @@ def main(argv=None) -> int:
     log = MetricsLog(run_dir, start)
     devices = jax.devices()
     print(
-        f"combination {config.combination}, bots {', '.join(config.bots)}, "
+        f"combination {config.combination}, scenario {config.scenario}, bots {', '.join(config.bots)}, "
         f"{config.num_updates} updates x {config.steps_per_update} env steps, "
         f"{config.num_envs} envs on {len(devices)} {devices[0].platform} device(s)"
         + (" (sharded)" if trainer.mesh is not None else ""),

@@ -38,6 +38,7 @@ _LAZY = {
     "EnvState": "types",
     "OBS_SIZE": "types",
     "REGISTERED_IDS": "registry",
+    "SCENARIOS": "scenarios",
     "make": "registry",
     "make_jaxmarl": "registry",
     "llm_features": "observe",
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from .observe import llm_features
     from .registry import REGISTERED_IDS, make, make_jaxmarl
     from .runner import make_runner
+    from .scenarios import SCENARIOS
     from .types import OBS_SIZE, EnvParams, EnvState
 
 
@@ -66,6 +68,7 @@ _SUBMODULES = (
     "render",
     "rewards",
     "runner",
+    "scenarios",
     "spawn",
     "types",
     "wrappers",
@@ -97,6 +100,7 @@ __all__ = [
     "OBS_SIZE",
     "OUTCOMES",
     "REGISTERED_IDS",
+    "SCENARIOS",
     "TAGS",
     "TAG_NAMES",
     "Arena",

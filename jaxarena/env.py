@@ -9,7 +9,7 @@ import numpy as np
 from . import physics
 from .bots import BotState, World, scripted_bot
 from .observe import can_melee, observe, with_tag
-from .rewards import shaping, team_reward
+from .rewards import tag_shaping, team_reward
 from .spawn import initial_state
 from .types import (
     BOT_WIN,
@@ -50,8 +50,11 @@ class Arena:
         1 strafe left, 2 strafe right, 3 melee, 4 retreat, 5 ranged (orb).
         Dead NPCs and out-of-range action values do nothing.
     Reward: float32 (5,): the shared team reward (bot damage / 300, +1 kill,
-        -1 wipe) plus, for each living NPC, `shaping_weight` x the active
-        tag's Table 5 shaping term.
+        -1 wipe), which is all `Arena-v0`'s default params pay (Combination
+        A's reward). Only with `shaping_weight` > 0, which whoever plays with
+        tags sets explicitly (`jaxarena.make(..., shaping_weight=1.0)`; recipe
+        B and the protocol's B cells do), each living NPC also gets
+        `shaping_weight` x the active tag's Table 5 shaping term.
     Done: () bool. `step` auto-resets; `info` keeps the finished episode's
         outcome (1 NPC win, 2 bot win, 3 timeout), length in seconds,
         `terminated`/`truncated` (a timeout truncates) and `final_obs`.
@@ -67,16 +70,18 @@ class Arena:
     num_actions = NUM_ACTIONS
     num_tags = NUM_TAGS
 
-    def __init__(self, default_params: EnvParams | None = None, observe_facing: bool = False):
+    def __init__(self, default_params: EnvParams | None = None, observe_facing: bool = False, scenario: str = "paper"):
         """`observe_facing` appends the bot's facing (unit x, z) as obs[23:25].
 
         Off by default, as in the paper. Table 5's Surround and Flank terms
         reward bearings measured from the bot's facing, which Table 3 leaves
         out; a memoryless policy can only guess it, so "ArenaFacing-v0" exists
-        for policies that must follow those tags.
+        for policies that must follow those tags. `scenario` only records the
+        preset `jaxarena.make` built `default_params` from.
         """
         self._default_params = default_params if default_params is not None else EnvParams()
         self.observe_facing = bool(observe_facing)
+        self.scenario = scenario
         self.obs_size = OBS_SIZE + (2 if self.observe_facing else 0)
 
     @property
@@ -169,13 +174,13 @@ class Arena:
         # (2) Attacks on the starting positions.
         melee = (act == MELEE) & can_melee(state, params)
         bot_strikes = bot_attack & (state.bot_melee_cd == 0)
-        hit_npc = (jnp.arange(NUM_NPCS) == target) & bot_strikes
+        # A cleave (scenario rule) strikes every living NPC in range, not just the target.
+        in_reach = alive & (physics.norm(state.npc_pos - state.bot_pos) <= params.bot_melee_range)
+        hit_npc = jnp.where(params.bot_cleave > 0.5, in_reach, jnp.arange(NUM_NPCS) == target) & bot_strikes
         fire = (act == RANGED) & (state.npc_orb_cd == 0) & ~jnp.all(state.orb_active, axis=-1)
         orb_active = state.orb_active & alive[:, None]  # a dead NPC's orbs vanish
-        orbs = physics.fire_orbs(
-            fire, state.npc_pos, state.bot_pos, state.orb_pos, state.orb_dir, state.orb_travel, orb_active
-        )
-        orb_pos, orb_dir, orb_travel, orb_active = orbs
+        orbs = (state.orb_pos, state.orb_dir, state.orb_travel, state.orb_block, orb_active)
+        orbs = physics.fire_orbs(fire, state.npc_pos, state.bot_pos, orbs, params.boxes, params.orb_range)
 
         # (3) Movement. NPC directions are relative to the bot: strafing is
         # along the NPC's left/right while it faces the bot.
@@ -199,9 +204,7 @@ class Arena:
         npc_pos, bot_pos = moved[:NUM_NPCS], moved[NUM_NPCS]
 
         # (4) Orbs fly.
-        orb_pos, orb_travel, orb_active, orb_hits = physics.advance_orbs(
-            orb_pos, orb_dir, orb_travel, orb_active, bot_pos, params
-        )
+        (orb_pos, orb_dir, orb_travel, orb_block, orb_active), orb_hits = physics.advance_orbs(orbs, bot_pos, params)
 
         # (5) Damage and cooldowns.
         dealt = melee * params.npc_melee_damage + jnp.sum(orb_hits, axis=-1) * params.orb_damage
@@ -231,6 +234,7 @@ class Arena:
             orb_pos=orb_pos,
             orb_dir=orb_dir,
             orb_travel=orb_travel,
+            orb_block=orb_block,
             orb_active=orb_active,
             bot_pos=bot_pos,
             bot_hp=bot_hp,
@@ -250,7 +254,7 @@ class Arena:
         terminated = bot_killed | squad_wiped
         truncated = ~terminated & (t >= ticks(params.episode_s, params.dt))
         now_alive = npc_hp > 0.0
-        shaped = shaping(state.tag, npc_pos, bot_pos, facing, params) * now_alive
+        shaped = tag_shaping(state.tag, npc_pos, bot_pos, facing, now_alive, params) * now_alive
         reward = team_reward(state.bot_hp - bot_hp, bot_killed, squad_wiped, params) + params.shaping_weight * shaped
         info = {
             "alive": alive,

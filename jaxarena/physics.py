@@ -50,53 +50,64 @@ def nearest_box_point(pos: jax.Array, boxes: jax.Array) -> jax.Array:
 
 
 def resolve_collisions(pos: jax.Array, previous: jax.Array, radius, boxes: jax.Array, arena_size) -> jax.Array:
-    """Push discs of `radius` out of every box, then inside the walls.
+    """Move discs of `radius` from `previous` towards `pos`, sliding on boxes, inside the walls.
 
-    A disc overlapping a box is moved along the box's outward normal at the
-    contact point until it just touches, so a disc pressing on a box slides
-    along it. Corrections for all boxes are summed: that is exact because
-    `make` checks that no two solids are closer than a disc's diameter, so a
-    disc touches at most one box at a time. `make` also keeps every move
-    within one radius, so a centre can reach a box's surface but never its
-    inside; a move that would end with the centre on a box (no normal to
-    push along) is cancelled and the disc stays at `previous`.
+    A step that ends clear of every box is taken whole. One that would end
+    overlapping a box loses the part of it that goes towards the box beyond
+    the free gap, along the box's outward normal at the point nearest
+    `previous`: a disc pressing on a face slides along it, one meeting a
+    corner slides along the corner's tangent. The disc then ends in the box's
+    supporting half-plane at that point, hence clear of the (convex, rounded)
+    box, and since only part of one component is removed no disc moves
+    farther than `pos` asked. (Pushing the end point out of the box instead,
+    the rule before, lengthens moves that cut a corner by up to a quarter.)
+    Corrections for all boxes are summed: `make` keeps boxes more than two
+    discs' reach apart, so at most one box is within a tick's reach. Walls
+    clip last; every box lies more than a diameter from them, so the clip
+    cannot push a disc into one. A disc that already overlaps a box (only a
+    hand-built state can) is pushed out.
     """
-    p = pos[..., None, :]
-    d = p - jnp.clip(p, boxes[:, :2], boxes[:, 2:])
-    dist = norm(d)[..., None]
-    on_box = jnp.any(dist[..., 0] <= _EPS, axis=-1, keepdims=True)
-    push = jnp.where(dist < radius, d * (radius / jnp.maximum(dist, _EPS) - 1.0), 0.0)
-    pos = jnp.where(on_box, previous, pos + jnp.sum(push, axis=-2))
+    step = pos - previous
+    p, q = previous[..., None, :], pos[..., None, :]
+    lo, hi = boxes[:, :2], boxes[:, 2:]
+    ends_in = jnp.sum(jnp.square(q - jnp.clip(q, lo, hi)), axis=-1) < radius * radius  # (..., K)
+    # At most one box can be overlapped (see above): select its offset from
+    # `previous` first, so the square root and division run once per disc.
+    away = jnp.sum(jnp.where(ends_in[..., None], p - jnp.clip(p, lo, hi), 0.0), axis=-2)
+    dist = norm(away)
+    normal = away / jnp.maximum(dist, _EPS)[..., None]
+    # The step's component along the normal may not go below -(free gap).
+    excess = jnp.minimum(jnp.sum(step * normal, axis=-1) + (dist - radius), 0.0)
+    pos = pos - jnp.where(jnp.any(ends_in, axis=-1), excess, 0.0)[..., None] * normal
     return jnp.clip(pos, radius, arena_size - radius)
 
 
-def fire_orbs(
-    fire: jax.Array,
-    npc_pos: jax.Array,
-    target: jax.Array,
-    orb_pos: jax.Array,
-    orb_dir: jax.Array,
-    orb_travel: jax.Array,
-    orb_active: jax.Array,
-):
+def fire_orbs(fire: jax.Array, npc_pos: jax.Array, target: jax.Array, orbs: tuple, boxes: jax.Array, orb_range):
     """Launch one orb per firing NPC into its first free slot, aimed at `target`.
 
     fire: (5,) bool, already checked for alive, cooldown and a free slot.
-    Returns the updated (orb_pos, orb_dir, orb_travel, orb_active).
+    orbs: (orb_pos, orb_dir, orb_travel, orb_block, orb_active). Returns them updated.
+    An orb flies straight, so where its path enters a box (`orb_block`,
+    distance from the launch point; inf if not within `orb_range`) is found
+    once here, for the five possible launches, rather than for all ten orbs
+    on every tick of their flight.
     """
+    orb_pos, orb_dir, orb_travel, orb_block, orb_active = orbs
     first_free = jnp.argmin(orb_active, axis=-1)  # argmin of bools: first False
     slot = (jnp.arange(orb_active.shape[-1]) == first_free[:, None]) & fire[:, None]
     aim = safe_unit(target - npc_pos)
+    block = _segment_box_entry(npc_pos, aim, orb_range, boxes)
     orb_pos = jnp.where(slot[..., None], npc_pos[:, None, :], orb_pos)
     orb_dir = jnp.where(slot[..., None], aim[:, None, :], orb_dir)
     orb_travel = jnp.where(slot, 0.0, orb_travel)
-    return orb_pos, orb_dir, orb_travel, orb_active | slot
+    orb_block = jnp.where(slot, block[:, None], orb_block)
+    return orb_pos, orb_dir, orb_travel, orb_block, orb_active | slot
 
 
 def _segment_box_entry(p, direction, length, boxes):
-    """Distance along each ray at which it first enters any box (inf if none).
+    """Distance along each ray at which it first enters any box within `length` (inf if none).
 
-    Slab test on axis-aligned boxes, vectorised over orbs and boxes.
+    Slab test on axis-aligned boxes, vectorised over rays and boxes.
     """
     inv = 1.0 / jnp.where(jnp.abs(direction) < _EPS, _EPS, direction)
     p, inv = p[..., None, :], inv[..., None, :]
@@ -104,18 +115,19 @@ def _segment_box_entry(p, direction, length, boxes):
     t2 = (boxes[:, 2:] - p) * inv
     t_near = jnp.max(jnp.minimum(t1, t2), axis=-1)
     t_far = jnp.min(jnp.maximum(t1, t2), axis=-1)
-    hit = (t_near <= t_far) & (t_far >= 0.0) & (t_near <= length[..., None])
+    hit = (t_near <= t_far) & (t_far >= 0.0) & (t_near <= length)
     return jnp.min(jnp.where(hit, jnp.maximum(t_near, 0.0), jnp.inf), axis=-1)
 
 
-def advance_orbs(orb_pos, orb_dir, orb_travel, orb_active, bot_pos, params):
+def advance_orbs(orbs: tuple, bot_pos, params):
     """Fly every active orb for one tick and find what it hits first.
 
     An orb is a point; it hits the bot when its path this tick passes within
     `unit_radius` of the bot's centre before it enters a box. It disappears
     on a hit, on entering a box, on leaving the arena, or after `orb_range`.
-    Returns (orb_pos, orb_travel, orb_active, hits) with hits: (5, 2) bool.
+    orbs: as `fire_orbs`. Returns (orbs, hits) with hits: (5, 2) bool.
     """
+    orb_pos, orb_dir, orb_travel, orb_block, orb_active = orbs
     step = jnp.minimum(params.orb_speed * params.dt, params.orb_range - orb_travel)
     # Ray-circle intersection with the bot.
     f = orb_pos - bot_pos
@@ -124,10 +136,10 @@ def advance_orbs(orb_pos, orb_dir, orb_travel, orb_active, bot_pos, params):
     disc = b * b - c
     t_bot = jnp.maximum(-b - jnp.sqrt(jnp.maximum(disc, 0.0)), 0.0)
     reaches_bot = (disc >= 0.0) & (t_bot <= step) & ((-b >= 0.0) | (c <= 0.0))
-    t_box = _segment_box_entry(orb_pos, orb_dir, step, params.boxes)
+    t_box = orb_block - orb_travel  # ahead of the orb's current position
     hits = orb_active & reaches_bot & (t_bot <= t_box)
     new_pos = orb_pos + orb_dir * step[..., None]
     new_travel = orb_travel + step
     inside = jnp.all((new_pos >= 0.0) & (new_pos <= params.arena_size), axis=-1)
-    alive = orb_active & ~hits & jnp.isinf(t_box) & inside & (new_travel < params.orb_range - 1e-4)
-    return new_pos, new_travel, alive, hits
+    alive = orb_active & ~hits & (t_box > step) & inside & (new_travel < params.orb_range - 1e-4)
+    return (new_pos, orb_dir, new_travel, orb_block, alive), hits

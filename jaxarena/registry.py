@@ -9,6 +9,7 @@ import numpy as np
 
 from .env import Arena
 from .names import bot_index
+from .scenarios import DEFAULT_SCENARIO, scenario_overrides
 from .types import EnvParams
 
 # "ArenaFacing-v0" is the same arena with the bot's facing appended to each
@@ -17,17 +18,25 @@ REGISTERED_IDS = ("Arena-v0", "ArenaFacing-v0")
 _ARRAY_FIELDS = {"boxes": (None, 4), "npc_spawn": (4,), "bot_spawn": (4,)}
 
 
-def make(env_id: str = "Arena-v0", bot: str | int | None = None, **overrides) -> tuple[Arena, EnvParams]:
+def make(
+    env_id: str = "Arena-v0", bot: str | int | None = None, scenario: str = DEFAULT_SCENARIO, **overrides
+) -> tuple[Arena, EnvParams]:
     """Create an environment and its default params.
 
     Args:
         env_id: one of `REGISTERED_IDS`: "Arena-v0" (the paper's 23-float
             observation) or "ArenaFacing-v0" (plus the bot's facing, 25 floats).
         bot: "aggressive", "evasive" or "balanced" (or its index); default balanced.
+        scenario: a preset of `jaxarena.scenarios.SCENARIOS`; default "paper"
+            (the paper's arena). Explicit overrides win over the preset's.
         **overrides: any `EnvParams` field, e.g. `episode_s=60.0`.
 
-    Raises ValueError/TypeError with the valid choices on an unknown id, bot
-    name or field, or on a value of the wrong type or shape.
+    The default reward is the team reward alone; pass `shaping_weight=1.0`
+    to add Table 5's shaping for the active tag.
+
+    Raises ValueError/TypeError with the valid choices on an unknown id,
+    scenario, bot name or field, on a value of the wrong type or shape, and
+    on a physically meaningless value (see `check_values`).
     """
     if env_id not in REGISTERED_IDS:
         raise ValueError(f"unknown env id {env_id!r}; registered ids: {', '.join(REGISTERED_IDS)}")
@@ -35,9 +44,57 @@ def make(env_id: str = "Arena-v0", bot: str | int | None = None, **overrides) ->
         if "bot_type" in overrides:
             raise TypeError("pass either bot= or bot_type=, not both")
         overrides["bot_type"] = bot_index(bot)
-    params = EnvParams(**_checked_overrides(overrides))
+    params = EnvParams(**_checked_overrides({**scenario_overrides(scenario), **overrides}))
+    check_values(params)
     check_geometry(params)
-    return Arena(params, observe_facing=env_id == "ArenaFacing-v0"), params
+    return Arena(params, observe_facing=env_id == "ArenaFacing-v0", scenario=scenario), params
+
+
+# Fields that must be > 0 (a count, a size or a duration of nothing is meaningless)
+# and those that must be >= 0 (0 is a legitimate dummy: a bot that stands still or
+# does no damage isolates the other rules in tests and probes).
+_POSITIVE = (
+    "bot_hp",
+    "npc_hp",
+    "bot_melee_range",
+    "npc_melee_range",
+    "orb_range",
+    "orb_speed",
+    "bot_melee_cooldown",
+    "npc_melee_cooldown",
+    "orb_cooldown",
+    "arena_size",
+    "unit_radius",
+    "dt",
+    "episode_s",
+    "decision_period_s",
+    "balanced_phase_min_s",
+    "balanced_phase_max_s",
+    "bot_avoid_distance",
+)
+_NON_NEGATIVE = ("bot_speed", "npc_speed", "bot_melee_damage", "npc_melee_damage", "orb_damage")
+
+
+def check_values(params: EnvParams) -> None:
+    """Refuse physically meaningless values, naming the field and the rule.
+
+    HP, ranges, cooldowns, sizes and durations must be > 0; speeds and damage
+    >= 0 (0 makes a still or harmless dummy); the balanced bot's phase bounds
+    need min <= max; `bot_cleave` is 0 (off) or 1 (on).
+    """
+    for name in _POSITIVE:
+        value = float(np.asarray(getattr(params, name)))
+        if not value > 0.0:
+            raise ValueError(f"{name} must be > 0, got {value}")
+    for name in _NON_NEGATIVE:
+        value = float(np.asarray(getattr(params, name)))
+        if not value >= 0.0:
+            raise ValueError(f"{name} must be >= 0, got {value}")
+    lo, hi = float(np.asarray(params.balanced_phase_min_s)), float(np.asarray(params.balanced_phase_max_s))
+    if lo > hi:
+        raise ValueError(f"balanced_phase_min_s ({lo}) must be <= balanced_phase_max_s ({hi})")
+    if float(np.asarray(params.bot_cleave)) not in (0.0, 1.0):
+        raise ValueError(f"bot_cleave must be 0 (off) or 1 (on), got {float(np.asarray(params.bot_cleave))}")
 
 
 def _checked_overrides(overrides: dict) -> dict:
@@ -68,10 +125,11 @@ def _checked_overrides(overrides: dict) -> dict:
 def check_geometry(params: EnvParams) -> None:
     """Refuse layouts the one-pass collision rule cannot resolve exactly.
 
-    Needs at least one box, each with min < max, and every pair of solids
-    (box-box, box-wall) more than a unit's diameter apart; spawn zones inside
-    the walls and clear of every box; and no unit moving farther than its
-    radius in one tick, so a disc can never pass through a box.
+    Needs at least one box, each with min < max; no unit moving farther than
+    its radius in one tick; boxes more than a unit's diameter from the walls
+    and more than two units' reach in a tick (2 x (radius + step)) from each
+    other, so at most one box constrains a move; and spawn zones inside the
+    walls and clear of every box.
     """
     boxes = np.asarray(params.boxes, dtype=np.float64)
     size, r = float(params.arena_size), float(params.unit_radius)
@@ -82,19 +140,22 @@ def check_geometry(params: EnvParams) -> None:
         raise ValueError("every box needs x_min < x_max and z_min < z_max")
     if np.any(boxes[:, :2] <= gap) or np.any(boxes[:, 2:] >= size - gap):
         raise ValueError(f"boxes must keep more than {gap} u from the walls")
+    fastest = max(float(params.npc_speed), float(params.bot_speed)) * float(params.dt)
+    if fastest > r:
+        raise ValueError(f"units move {fastest} u per tick, more than their radius {r}: lower dt or speeds")
+    # Within one tick a disc reaches r + its step from its centre; two boxes
+    # farther apart than twice that never both constrain one move.
+    reach = 2.0 * (r + fastest)
     for i in range(len(boxes)):
         for j in range(i + 1, len(boxes)):
-            if _box_gap(boxes[i], boxes[j]) <= gap:
-                raise ValueError(f"boxes {i} and {j} are closer than a unit's diameter ({gap} u)")
+            if _box_gap(boxes[i], boxes[j]) <= max(gap, reach):
+                raise ValueError(f"boxes {i} and {j} are closer than two units' reach in a tick ({reach} u)")
     for name in ("npc_spawn", "bot_spawn"):
         zone = np.asarray(getattr(params, name), dtype=np.float64)
         if np.any(zone[:2] > zone[2:]) or np.any(zone[:2] < r) or np.any(zone[2:] > size - r):
             raise ValueError(f"{name} must have min <= max and lie inside the walls (at least {r} u in)")
         if any(_box_gap(zone, box) <= r for box in boxes):
             raise ValueError(f"{name} must stay more than {r} u from every box")
-    fastest = max(float(params.npc_speed), float(params.bot_speed)) * float(params.dt)
-    if fastest > r:
-        raise ValueError(f"units move {fastest} u per tick, more than their radius {r}: lower dt or speeds")
 
 
 def _box_gap(a: np.ndarray, b: np.ndarray) -> float:

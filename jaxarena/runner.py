@@ -9,7 +9,10 @@ this runner with a *policy* and a *tag source* plugged in:
 - tag source: a jittable `fn(features (N, 5), prev_tags (N,), done (N,),
   time_s (), key) -> tags (N,)`, asked once per decision period (5 s) for the
   whole batch. An int is the fixed tag. `features` are `llm_features`, the
-  Table 10 state.
+  Table 10 state. A source may also return `(tags, aux)`, aux any pytree of
+  arrays (e.g. the LLM's per-tag probabilities); the runner stacks it per
+  period into `RolloutResult.decision_aux`. A `CarryTagSource` also carries
+  a state of its own from period to period (e.g. a cache of answers).
 
 Shape: an outer `lax.scan` over decision periods, an inner one over the
 period's ticks (50 at dt = 0.1 s), arenas vmapped. A tag is set in one place
@@ -43,9 +46,10 @@ from flax import struct
 from .env import Arena, checked_actions, outcome_of
 from .names import LLM_FEATURES, NUM_TAGS
 from .observe import llm_features
-from .types import EnvParams, EnvState
+from .types import EnvParams, EnvState, ticks
 
 #: fn(features (N, 5) f32, prev_tags (N,) i32, done (N,) bool, time_s () f32, key) -> tags (N,) i32
+#: (or -> (tags, aux pytree); see the module docstring)
 TagFn = Callable[[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array], jax.Array]
 
 
@@ -72,6 +76,44 @@ def schedule_tags(schedule: Sequence[int], period_s: float = 5.0) -> TagFn:
         return jnp.full_like(prev_tags, table[index])
 
     return tag_fn
+
+
+class Start(NamedTuple):
+    """Where `run` starts instead of a reset: N states at the start of decision period `period`."""
+
+    state: EnvState
+    period: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class StateTagSource:
+    """A tag source that reads the whole batch's `EnvState`, not just the Table 10 features.
+
+    `fn(state, env_params, features, prev_tags, done, time_s, key) -> tags`. Only a
+    planner that simulates the arena needs this (the oracle's Combination O); an
+    LLM or a learned selector sees `features`, as a player would.
+    """
+
+    fn: Callable[..., jax.Array]
+
+    def __call__(self, state, params, features, prev_tags, done, time_s, key) -> jax.Array:
+        return self.fn(state, params, features, prev_tags, done, time_s, key)
+
+
+@dataclasses.dataclass(frozen=True)
+class CarryTagSource:
+    """A tag source with its own state carried from one decision period to the next.
+
+    `init(num_episodes) -> tag_state` once per run (or `run(..., tag_state=...)`
+    passes it in, so large arrays such as model weights are arguments of the
+    compiled program, not constants baked into it), then each period
+    `fn(tag_state, features, prev_tags, done, time_s, key) -> (tags, aux, tag_state)`
+    (aux as for any source, None for none). The in-graph LLM keeps its answers
+    this way, so a prompt met again in a later period is not recomputed.
+    """
+
+    init: Callable[[int], Any]
+    fn: Callable[..., tuple]
 
 
 class Tick(NamedTuple):
@@ -122,6 +164,11 @@ class RolloutResult:
     trace: the `trace` hook's per-tick outputs, stacked on a leading (P x
       ticks per period) axis, or None. Ticks after an episode ended hold its
       final state (or zeros, in periods skipped once every episode had ended).
+    decision_states: with `record_states`, the `EnvState` (leaves (P, N, ...))
+      each decision was made in, before the chosen tag was applied; else None.
+    decision_aux: what the tag source returned beside the tags, stacked on a
+      leading (P,) axis (every lane, ended ones included: mask with
+      `decision_active`), or None for a source that returns tags only.
     """
 
     outcome: jax.Array
@@ -135,6 +182,8 @@ class RolloutResult:
     decision_active: jax.Array
     extras: dict
     trace: Any = None
+    decision_states: Any = None
+    decision_aux: Any = None
 
     def decisions(self) -> list[dict]:
         """The decisions actually made, as dicts (episode, period, state, tag)."""
@@ -152,11 +201,16 @@ class RolloutResult:
         ]
 
 
+def has_ended(state: EnvState, params: EnvParams) -> jax.Array:
+    """Whether an episode is over in `state`: bot down, squad down, or out of time."""
+    return (state.bot_hp <= 0.0) | jnp.all(state.npc_hp <= 0.0) | (state.t >= ticks(params.episode_s, params.dt))
+
+
 def as_tag_fn(source: TagFn | int) -> TagFn:
     """A jittable `TagFn` from an int (the fixed tag) or a `TagFn`."""
     if isinstance(source, (int, np.integer)) and not isinstance(source, bool):
         return fixed_tags(int(source))
-    if callable(source):
+    if isinstance(source, CarryTagSource) or callable(source):
         return source
     raise TypeError(
         f"unsupported tag source {source!r}: use an int or a jittable fn(features, prev_tags, done, "
@@ -186,6 +240,7 @@ def make_runner(
     num_periods: int | None = None,
     accumulators: Mapping[str, Accumulator] | None = None,
     trace: Callable[[Tick], Any] | None = None,
+    record_states: bool = False,
 ) -> Callable[..., RolloutResult]:
     """Builds a jitted `run(policy_params, env_params, key, initial_tag=0) -> RolloutResult`.
 
@@ -201,6 +256,16 @@ def make_runner(
         on); must be smaller than the ticks in a period.
       num_periods: decision periods to run; default a full episode (24 for
         120 s). Fewer gives short test rollouts.
+      record_states: also return the `EnvState` each decision was made in
+        (`RolloutResult.decision_states`), e.g. for the oracle to price.
+
+    `run(..., tag_state=...)` gives a `CarryTagSource` its initial state (else
+    its `init`), e.g. the in-graph LLM's weights as a program argument.
+    `run(..., start=Start(state, period))` continues N given states (each at
+    the start of decision period `period`) instead of resetting; the oracle
+    branches decision states this way. A tag source may read the full state
+    (see `StateTagSource`), which is how a planner such as the oracle's
+    Combination O plugs in.
     """
     steps_per_period, full_periods, period_s = schedule_of(env_params)
     periods = full_periods if num_periods is None else int(num_periods)
@@ -216,20 +281,28 @@ def make_runner(
     batched_retag = jax.vmap(env.retag)
     batched_observe = jax.vmap(env.observe, in_axes=(0, None))
 
-    def run(policy_params, params, key, initial_tag=0) -> RolloutResult:
+    def run(policy_params, params, key, initial_tag=0, start: Start | None = None, tag_state=None) -> RolloutResult:
         episode_keys = jax.random.split(key, n)
         # Its own stream: fold_in(key, p) would equal episode p's key.
         tag_key = jax.random.fold_in(key, 0x7FFFFFFF)
-        reset_keys = jax.vmap(lambda k: jax.random.fold_in(k, 0))(episode_keys)
-        obs, state = jax.vmap(env.reset, in_axes=(0, None))(reset_keys, params)
+        if start is None:
+            reset_keys = jax.vmap(lambda k: jax.random.fold_in(k, 0))(episode_keys)
+            obs, state = jax.vmap(env.reset, in_axes=(0, None))(reset_keys, params)
+            first_period = jnp.int32(0)
+        else:
+            state = start.state
+            obs = batched_observe(state, params)
+            first_period = jnp.asarray(start.period, jnp.int32)
         obs, state = batched_retag(obs, state, jnp.broadcast_to(jnp.asarray(initial_tag, jnp.int32), (n,)))
         zeros = jnp.zeros((n,), jnp.float32)
+        # A started state may already be over (an ended lane of a recorded batch): it stays as it is.
+        ended = jax.vmap(has_ended, in_axes=(0, None))(state, params)
         carry0 = {
             "obs": obs,
             "state": state,
-            "finished": jnp.zeros((n,), bool),
-            "outcome": jnp.zeros((n,), jnp.int32),
-            "duration_s": zeros,
+            "finished": ended,
+            "outcome": jnp.where(ended, jax.vmap(outcome_of)(state), 0),
+            "duration_s": jnp.where(ended, state.t.astype(jnp.float32) * params.dt, 0.0),
             "team_return": zeros,
             "damage_dealt": zeros,
             "damage_taken": zeros,
@@ -269,16 +342,25 @@ def make_runner(
             }
             return out, (trace(tick) if trace is not None else None)
 
-        def _decision_period(carry, period):
+        def _decision_period(carry_and_tag_state, period):
             """Asks the tag source once for the batch, then runs the period's ticks."""
+            carry, tag_state = carry_and_tag_state
             features = jax.vmap(llm_features, in_axes=(0, None))(carry["state"], params)
             prev_tags = carry["state"].tag
             time_s = period.astype(jnp.float32) * period_s
-            chosen = tag_fn(features, prev_tags, carry["finished"], time_s, jax.random.fold_in(tag_key, period))
+            tag_key_p = jax.random.fold_in(tag_key, period)
+            if isinstance(tag_fn, StateTagSource):
+                chosen = tag_fn(carry["state"], params, features, prev_tags, carry["finished"], time_s, tag_key_p)
+            elif isinstance(tag_fn, CarryTagSource):
+                *chosen, tag_state = tag_fn.fn(tag_state, features, prev_tags, carry["finished"], time_s, tag_key_p)
+                chosen = tuple(chosen)
+            else:
+                chosen = tag_fn(features, prev_tags, carry["finished"], time_s, tag_key_p)
+            chosen, aux = chosen if isinstance(chosen, tuple) and len(chosen) == 2 else (chosen, None)
             # Recorded as the arena will run it: clipped into 0..3, and kept where the episode has ended.
             chosen = jnp.clip(jnp.asarray(chosen, jnp.int32), 0, NUM_TAGS - 1)
             chosen = jnp.where(carry["finished"], prev_tags, chosen)
-            record = (chosen, features, ~carry["finished"])
+            record = (chosen, features, ~carry["finished"], carry["state"] if record_states else None, aux)
             first = period * steps_per_period
 
             def _run(c):
@@ -300,9 +382,14 @@ def make_runner(
                 return c, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
             carry, traced = jax.lax.cond(jnp.all(carry["finished"]), _skip, _run, carry)
-            return carry, (record, traced)
+            return (carry, tag_state), (record, traced)
 
-        final, ((tags, feats, active), traced) = jax.lax.scan(_decision_period, carry0, jnp.arange(periods))
+        if tag_state is None and isinstance(tag_fn, CarryTagSource):
+            tag_state = tag_fn.init(n)
+        tag_state0 = tag_state if isinstance(tag_fn, CarryTagSource) else None
+        (final, _), ((tags, feats, active, states, aux), traced) = jax.lax.scan(
+            _decision_period, (carry0, tag_state0), first_period + jnp.arange(periods)
+        )
         if trace is not None:  # (P, ticks per period, ...) -> one time axis
             traced = jax.tree.map(lambda y: y.reshape((-1,) + y.shape[2:]), traced)
         return RolloutResult(
@@ -317,6 +404,8 @@ def make_runner(
             decision_active=active,
             extras=final["extras"],
             trace=traced,
+            decision_states=states,
+            decision_aux=aux,
         )
 
     return jax.jit(run)

@@ -80,6 +80,7 @@ def initial_state(key: jax.Array, params: EnvParams, salt=0) -> EnvState:
         orb_pos=jnp.zeros((NUM_NPCS, ORBS_PER_NPC, 2), jnp.float32),
         orb_dir=jnp.zeros((NUM_NPCS, ORBS_PER_NPC, 2), jnp.float32),
         orb_travel=jnp.zeros((NUM_NPCS, ORBS_PER_NPC), jnp.float32),
+        orb_block=jnp.full((NUM_NPCS, ORBS_PER_NPC), jnp.inf, jnp.float32),
         orb_active=jnp.zeros((NUM_NPCS, ORBS_PER_NPC), bool),
         bot_pos=bot_pos,
         bot_hp=jnp.asarray(params.bot_hp, jnp.float32),

@@ -116,7 +116,17 @@ class EnvParams:
     damage_reward_scale: float = 1.0 / 300.0
     kill_reward: float = 1.0
     wipe_penalty: float = -1.0
-    shaping_weight: float = 1.0
+    # Off by default: `Arena-v0` pays the team reward alone (Combination A's).
+    # Whoever plays with tags (recipe B, the protocol's B cells, tag_response)
+    # switches the Table 5 shaping on explicitly.
+    shaping_weight: float = 0.0
+    # Which shaping `shaping_weight` scales: 0 Table 5's ("paper" recipe), 1 the
+    # engagement-gated intent terms ("intent" recipe); see `rewards.tag_shaping`.
+    shaping_recipe: int = 0
+    # Scenario rules beyond the paper (jaxarena/scenarios.py); traced, so one
+    # compiled program serves several scenarios. 1.0: the bot's melee strikes
+    # every living NPC within its range at once (cleave), not just its target.
+    bot_cleave: float = 0.0
 
 
 @struct.dataclass
@@ -130,6 +140,7 @@ class EnvState:
     orb_pos: jax.Array  # (5, 2, 2) float32, per NPC and slot
     orb_dir: jax.Array  # (5, 2, 2) float32, unit flight direction
     orb_travel: jax.Array  # (5, 2) float32, distance flown so far
+    orb_block: jax.Array  # (5, 2) float32, distance from launch at which the path enters a box (inf: never)
     orb_active: jax.Array  # (5, 2) bool
     bot_pos: jax.Array  # (2,) float32
     bot_hp: jax.Array  # () float32

@@ -48,6 +48,57 @@ def test_make_rejects_bad_input_clearly(kwargs, error, match):
         jaxarena.make(env_id, **kwargs)
 
 
+@pytest.mark.parametrize(
+    "field",
+    [
+        "bot_hp",
+        "npc_hp",
+        "bot_melee_range",
+        "npc_melee_range",
+        "orb_range",
+        "orb_speed",
+        "bot_melee_cooldown",
+        "npc_melee_cooldown",
+        "orb_cooldown",
+        "dt",
+        "episode_s",
+        "decision_period_s",
+        "balanced_phase_min_s",
+        "balanced_phase_max_s",
+        "unit_radius",
+        "arena_size",
+        "bot_avoid_distance",
+    ],
+)
+@pytest.mark.parametrize("value", [0.0, -5.0])
+def test_make_rejects_non_positive_hp_ranges_cooldowns_and_times(field, value):
+    with pytest.raises(ValueError, match=f"{field} must be > 0, got {value}"):
+        jaxarena.make("Arena-v0", **{field: value})
+
+
+@pytest.mark.parametrize("field", ["bot_speed", "npc_speed", "bot_melee_damage", "npc_melee_damage", "orb_damage"])
+def test_make_rejects_negative_speeds_and_damage_but_allows_a_harmless_still_dummy(field):
+    with pytest.raises(ValueError, match=f"{field} must be >= 0, got -1.0"):
+        jaxarena.make("Arena-v0", **{field: -1.0})
+    _, params = jaxarena.make("Arena-v0", **{field: 0.0})
+    assert float(getattr(params, field)) == 0.0
+
+
+def test_make_rejects_phase_bounds_with_min_above_max_and_a_half_cleave():
+    with pytest.raises(ValueError, match=r"balanced_phase_min_s \(10.0\) must be <= balanced_phase_max_s \(5.0\)"):
+        jaxarena.make("Arena-v0", balanced_phase_min_s=10.0, balanced_phase_max_s=5.0)
+    _, params = jaxarena.make("Arena-v0", balanced_phase_min_s=7.0, balanced_phase_max_s=7.0)  # a fixed length is fine
+    assert float(params.balanced_phase_min_s) == float(params.balanced_phase_max_s) == 7.0
+    with pytest.raises(ValueError, match="bot_cleave must be 0"):
+        jaxarena.make("Arena-v0", bot_cleave=0.5)
+
+
+def test_make_checks_values_after_a_scenario_is_applied():
+    # A scenario's values are checked like explicit ones; an override can fix or break them.
+    with pytest.raises(ValueError, match="bot_hp must be > 0"):
+        jaxarena.make("Arena-v0", scenario="headroom", bot_hp=0.0)
+
+
 def test_step_rejects_wrong_action_shape_and_dtype_at_trace_time():
     env, params = jaxarena.make("Arena-v0")
     _, state = env.reset(jax.random.key(0), params)

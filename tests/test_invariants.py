@@ -68,6 +68,12 @@ def check_invariants(n_envs: int, n_ticks: int, seed: int):
     assert not np.any((after.orb_active.any(-1) & dead)[going])
     assert np.all(info["alive"] == ~dead)
 
+    # No unit moves farther in a tick than its Table 1 speed allows, sliding on a box included.
+    npc_step = np.linalg.norm(after.npc_pos - before.npc_pos, axis=-1)[going]
+    bot_step = np.linalg.norm(after.bot_pos - before.bot_pos, axis=-1)[going]
+    assert npc_step.max() <= p.npc_speed * p.dt + 1e-5
+    assert bot_step.max() <= p.bot_speed * p.dt + 1e-5
+
     # No unit inside a box or outside the arena (within float tolerance).
     r, size, boxes = p.unit_radius, p.arena_size, np.asarray(p.boxes)
     pos = np.concatenate([after.npc_pos, after.bot_pos[:, :, None, :]], axis=2).reshape(-1, 2)
@@ -88,7 +94,8 @@ def check_invariants(n_envs: int, n_ticks: int, seed: int):
     timeouts = done & (outcome == TIMEOUT)
     np.testing.assert_allclose(seconds[timeouts], 120.0, atol=1e-3)
     assert np.all(info["truncated"] == timeouts) and np.all(info["terminated"] == (done & ~timeouts))
-    assert np.all(seconds[done & ~timeouts] < 120.0)
+    # A kill on the last tick terminates (a win) at exactly 120 s.
+    assert np.all(seconds[done & ~timeouts] <= 120.0 + 1e-3)
     assert np.all(before.t < 1200)
     assert np.all((before.bot_hp > 0)[outcome == TIMEOUT]) and np.all(after.bot_hp[going] > 0)
 

@@ -89,3 +89,25 @@ def test_env_reward_adds_weighted_shaping_for_living_npcs_only():
     _, params_a = jaxarena.make("Arena-v0", bot="aggressive", bot_speed=0.0, bot_melee_damage=0.0, shaping_weight=0.0)
     _, reward_a, *_ = step(jax.random.key(0), state, hold, params_a)
     np.testing.assert_array_equal(reward_a, np.zeros(5))
+
+
+def test_default_reward_is_the_team_reward_alone_and_shaping_never_changes_outcomes():
+    """Arena-v0's default params pay Combination A's reward; shaping is opt-in and reward-only."""
+    from jaxarena.policies import focus_fire_policy
+    from jaxarena.runner import make_runner
+
+    env, plain = jaxarena.make("Arena-v0", bot="balanced")
+    assert float(plain.shaping_weight) == 0.0
+    # One program for both weights (params are traced), 32 paired episodes, tag 0 (Surround) held.
+    run = make_runner(env, plain, focus_fire_policy, 0, 32, num_periods=6)
+    key = jax.random.key(3)
+    team = run(None, plain, key)
+    shaped = run(None, plain.replace(shaping_weight=1.0), key)
+    np.testing.assert_array_equal(team.outcome, shaped.outcome)
+    np.testing.assert_array_equal(team.duration_s, shaped.duration_s)
+    np.testing.assert_array_equal(team.damage_dealt, shaped.damage_dealt)
+    # The team return is damage / 300 + kill - wipe; shaping adds a positive Surround stream.
+    kills = np.asarray(team.outcome) == 1
+    wipes = np.asarray(team.outcome) == 2
+    np.testing.assert_allclose(team.team_return, np.asarray(team.damage_dealt) / 300.0 + kills - wipes, atol=1e-4)
+    assert np.all(np.asarray(shaped.team_return) > np.asarray(team.team_return))

@@ -1,0 +1,117 @@
+"""The tag-response matrix: does each tag produce its own intent, and does B still win?
+
+    python benchmarks/tag_response.py                                  # shipped B vs shipped A, 500 episodes
+    python benchmarks/tag_response.py --policy runs/b_intent --episodes 1000 --markdown
+
+Rows: a tag held for the whole episode. Columns: the four intent measures of
+`jaxarena.intents` (coverage for Surround, distance for Aggressive, lateral
+share for Flank, far share for Retreat), each a mean over `--episodes`
+seeded episodes with its 95% CI (mean +- 1.96 standard errors). Every cell
+replays the same seeded starts, and so does the reference A, so tags and
+policies are compared on paired episodes.
+
+Targets (issue #11): for every bot, each measure is best under its own tag
+with CIs apart from every other tag's (`own_tag_best`), and B's best tag
+wins within 5 points of A (`best_tag_gap_points` <= 5). Prints one JSON
+line per (bot, tag) and a summary line; `--markdown` adds the tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_experimental_ynn_fusion_type=").strip()
+
+import numpy as np
+
+from jaxarena.algorithms.checkpoint import load_policy
+from jaxarena.algorithms.evaluation import run_episodes, tag_response, wilson_interval
+from jaxarena.intents import DIRECTION, MEASURES
+from jaxarena.names import BOT_TYPES, NPC_WIN, NUM_TAGS, TAG_NAMES
+
+
+def mean_ci(x: np.ndarray) -> tuple[float, float, float]:
+    m, se = float(np.mean(x)), float(np.std(x, ddof=1) / np.sqrt(len(x)))
+    return m, m - 1.96 * se, m + 1.96 * se
+
+
+def own_tag_best(cells: list[tuple[float, float, float]], tag: int, direction: float) -> bool:
+    """Whether `tag`'s CI lies strictly on the intent side of every other tag's CI."""
+    _, lo, hi = cells[tag]
+    for other, (_, olo, ohi) in enumerate(cells):
+        if other == tag:
+            continue
+        if (direction > 0 and lo <= ohi) or (direction < 0 and hi >= olo):
+            return False
+    return True
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--policy", default="B", help="the B policy: packaged name or run directory")
+    p.add_argument("--reference", default="A", help="the A policy it is compared with")
+    p.add_argument("--episodes", type=int, default=500)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--bots", nargs="+", default=list(BOT_TYPES), choices=BOT_TYPES)
+    p.add_argument("--markdown", action="store_true")
+    args = p.parse_args()
+
+    t0 = time.perf_counter()
+    policy, params = load_policy(args.policy)
+    resp = tag_response(policy, params, tuple(args.bots), n=args.episodes, seed=args.seed, env_id=policy.env_id)
+    ref, ref_params = load_policy(args.reference)
+    summary = {"bench": "tag_response", "policy": args.policy, "episodes": args.episodes, "bots": {}}
+    tables = []
+    for b, bot in enumerate(args.bots):
+        a = run_episodes(ref, ref_params, bot, n=args.episodes, seed=args.seed, env_id=ref.env_id)
+        a_wins = int(np.sum(a["outcome"] == NPC_WIN))
+        a_rate = a_wins / args.episodes
+        cells = {m: [mean_ci(resp[m][b, t]) for t in range(NUM_TAGS)] for m in MEASURES}
+        wins = resp["npc_win"][b].sum(axis=1)
+        for t in range(NUM_TAGS):
+            lo, hi = wilson_interval(int(wins[t]), args.episodes)
+            row = {
+                "bench": "tag_response",
+                "bot": bot,
+                "tag": TAG_NAMES[t],
+                "npc_win": wins[t] / args.episodes,
+                "npc_win_ci": [round(lo, 4), round(hi, 4)],
+                **{m: [round(v, 4) for v in cells[m][t]] for m in MEASURES},
+            }
+            print(json.dumps(row), flush=True)
+        own = {TAG_NAMES[t]: own_tag_best(cells[m], t, DIRECTION[t]) for t, m in enumerate(MEASURES)}
+        best = int(np.argmax(wins))
+        gap = 100 * (a_rate - wins[best] / args.episodes)
+        summary["bots"][bot] = {
+            "own_tag_best": own,
+            "a_npc_win": a_rate,
+            "best_tag": TAG_NAMES[best],
+            "best_tag_npc_win": wins[best] / args.episodes,
+            "best_tag_gap_points": round(gap, 1),
+        }
+        tables.append((bot, cells, wins, a_rate, own))
+    bots = summary["bots"].values()
+    summary["intents_separated"] = all(all(v["own_tag_best"].values()) for v in bots)
+    summary["best_tag_within_5_points"] = all(v["best_tag_gap_points"] <= 5 for v in bots)
+    summary["seconds"] = round(time.perf_counter() - t0, 1)
+    print(json.dumps(summary), flush=True)
+    if args.markdown:
+        for bot, cells, wins, a_rate, own in tables:
+            print(f"\n**{bot} bot** ({args.episodes} episodes per row; A wins {100 * a_rate:.1f}%)\n")
+            print("| tag held | win % | " + " | ".join(MEASURES) + " |")
+            print("|---|---|" + "---|" * len(MEASURES))
+            for t in range(NUM_TAGS):
+                vals = []
+                for m_i, m in enumerate(MEASURES):
+                    mean, lo, hi = cells[m][t]
+                    mark = "**" if m_i == t else ""
+                    vals.append(f"{mark}{mean:.3f} [{lo:.3f}, {hi:.3f}]{mark}")
+                print(f"| {TAG_NAMES[t]} | {100 * wins[t] / args.episodes:.1f} | " + " | ".join(vals) + " |")
+            print("\nown tag best (CIs apart): " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in own.items()))
+
+
+if __name__ == "__main__":
+    main()

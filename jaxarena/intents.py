@@ -1,0 +1,82 @@
+"""What each strategy tag asks of the squad: one intent measure per tag, and the shaping that pays for it.
+
+The four measures (docs/arena.md, "Intents") are per-episode averages over
+the ticks the episode ran, computed from the state the squad acted in:
+
+    tag         measure           definition                                          more intent
+    ----------  ----------------  --------------------------------------------------  -----------
+    Surround    coverage          1 - |mean unit vector bot -> living NPC|            higher
+    Aggressive  distance          mean distance living NPC -> bot (u)                 lower
+    Flank       lateral_share     share of living NPC-ticks at 60-120 deg from the    higher
+                                  bot's facing
+    Retreat     far_share         share of living NPC-ticks at >= 8 u from the bot    higher
+
+Coverage is 0 when the living NPCs all stand on one side of the bot and 1 when
+their directions cancel (evenly around it). The tag-response matrix
+(`benchmarks/tag_response.py`) holds each tag for whole episodes and asks
+whether each measure is best under its own tag.
+
+The shaping that trains these intents is `rewards.intent_shaping` (the
+"intent" recipe, `EnvParams.shaping_recipe = 1`).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from .names import TAG_NAMES
+from .physics import norm
+from .rewards import RETREAT_DISTANCE, bearing_cos_sin, coverage
+from .runner import Accumulator, Tick
+
+#: One measure per tag, in tag order; the tag-response matrix's columns.
+MEASURES = ("coverage", "distance", "lateral_share", "far_share")
+#: +1 where a higher value means more of the tag's intent, -1 where lower does (distance).
+DIRECTION = (1.0, -1.0, 1.0, 1.0)
+MEASURE_OF_TAG = dict(zip(TAG_NAMES, MEASURES, strict=True))
+
+
+def tick_measures(state, alive: jax.Array) -> dict[str, jax.Array]:
+    """One arena's per-tick sums: living NPC-ticks and each measure's numerator."""
+    dist = norm(state.npc_pos - state.bot_pos)
+    cos, _ = bearing_cos_sin(state.npc_pos, state.bot_pos, state.bot_facing)
+    return {
+        "npc_ticks": jnp.sum(alive),
+        "ticks": jnp.any(alive).astype(jnp.int32),
+        "coverage": coverage(state.npc_pos, state.bot_pos, alive) * jnp.any(alive),
+        "distance": jnp.sum(jnp.where(alive, dist, 0.0)),
+        "lateral_share": jnp.sum(alive & (jnp.abs(cos) < 0.5)),
+        "far_share": jnp.sum(alive & (dist >= RETREAT_DISTANCE)),
+    }
+
+
+def _update(acc: dict, tick: Tick) -> dict:
+    alive = (tick.state.npc_hp > 0.0) & tick.running[:, None]
+    sums = jax.vmap(tick_measures)(tick.state, alive)
+    return jax.tree.map(lambda a, s: a + s.astype(a.dtype), acc, sums)
+
+
+#: The runner accumulator of the intent measures; `episode_measures` turns it into per-episode values.
+INTENTS = Accumulator(
+    init=lambda n: {
+        "npc_ticks": jnp.zeros(n, jnp.int32),
+        "ticks": jnp.zeros(n, jnp.int32),
+        "coverage": jnp.zeros(n),
+        "distance": jnp.zeros(n),
+        "lateral_share": jnp.zeros(n, jnp.int32),
+        "far_share": jnp.zeros(n, jnp.int32),
+    },
+    update=_update,
+)
+
+
+def episode_measures(acc: dict) -> dict[str, jax.Array]:
+    """Per-episode measures (N,) from the `INTENTS` accumulator's final value."""
+    npc_ticks = jnp.maximum(acc["npc_ticks"], 1).astype(jnp.float32)
+    return {
+        "coverage": acc["coverage"] / jnp.maximum(acc["ticks"], 1),
+        "distance": acc["distance"] / npc_ticks,
+        "lateral_share": acc["lateral_share"] / npc_ticks,
+        "far_share": acc["far_share"] / npc_ticks,
+    }

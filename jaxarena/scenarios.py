@@ -1,0 +1,49 @@
+"""Named scenario presets: `jaxarena.make("Arena-v0", scenario="headroom")`.
+
+A scenario is a set of `EnvParams` overrides, plus the few rules beyond the
+paper that a preset needs, each switched by an `EnvParams` field that is a
+traced value (so one compiled program serves several scenarios). `paper`, the
+default, is the paper's arena unchanged. Explicit overrides given to `make`
+win over a scenario's. docs/arena.md ("Scenarios") gives each preset's
+rationale.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from .names import BOT_MAX_HP
+
+#: name -> EnvParams overrides. Squad size and the NPCs' stats stay the paper's.
+SCENARIOS = MappingProxyType(
+    {
+        # Table 1 as published.
+        "paper": MappingProxyType({}),
+        # The scripted-squad probe's setting where the best tactic depends on
+        # the balanced bot's mode (melee a charging bot, kite a fleeing one):
+        # as fast as the NPCs, so kiting can keep range, and 5x the HP, so a
+        # rush no longer wins by damage alone.
+        "headroom": MappingProxyType({"bot_speed": 4.0, "bot_hp": 5.0 * BOT_MAX_HP}),
+        # As `headroom`, with a balanced bot that switches mode about twice as
+        # often, so a tactic chosen once per 5 s decision goes stale sooner.
+        "headroom_fast_switch": MappingProxyType(
+            {
+                "bot_speed": 4.0,
+                "bot_hp": 5.0 * BOT_MAX_HP,
+                "balanced_phase_min_s": 3.0,
+                "balanced_phase_max_s": 9.0,
+            }
+        ),
+        # The paper's stats with a bot whose melee hits every NPC in range:
+        # clumping in melee is punished, so spreading out (Surround) matters.
+        "cleave": MappingProxyType({"bot_cleave": 1.0}),
+    }
+)
+DEFAULT_SCENARIO = "paper"
+
+
+def scenario_overrides(name: str) -> dict:
+    """The `EnvParams` overrides of scenario `name`; ValueError listing the presets if unknown."""
+    if not isinstance(name, str) or name not in SCENARIOS:
+        raise ValueError(f"unknown scenario {name!r}; presets: {', '.join(SCENARIOS)}")
+    return dict(SCENARIOS[name])

@@ -1,0 +1,87 @@
+"""The intent measures of each tag, and the engagement-gated "intent" shaping recipe."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import build_state
+
+import jaxarena
+from jaxarena.intents import INTENTS, MEASURES, episode_measures, tick_measures
+from jaxarena.policies import focus_fire_policy
+from jaxarena.rewards import INTENT_SCALE, coverage, intent_shaping, shaping
+from jaxarena.runner import make_runner
+
+BOT = np.array([15.0, 15.0], np.float32)
+FACING_EAST = jnp.array([1.0, 0.0])
+
+
+def ring(radius, angles_deg):
+    a = np.deg2rad(np.asarray(angles_deg, np.float32))
+    return BOT + radius * np.stack([np.cos(a), np.sin(a)], axis=-1)
+
+
+ALL_ALIVE = jnp.ones(5, bool)
+
+
+def test_coverage_is_one_evenly_around_and_near_zero_on_one_side():
+    even = coverage(jnp.asarray(ring(3.0, [0, 72, 144, 216, 288])), jnp.asarray(BOT), ALL_ALIVE)
+    side = coverage(jnp.asarray(ring(3.0, [-4, -2, 0, 2, 4])), jnp.asarray(BOT), ALL_ALIVE)
+    assert float(even) == pytest.approx(1.0, abs=1e-5)
+    assert float(side) < 0.01
+    # Dead NPCs do not count: the two living ones opposite each other cover fully.
+    alive = jnp.array([True, False, False, True, False])
+    assert float(coverage(jnp.asarray(ring(3.0, [0, 10, 20, 180, 30])), jnp.asarray(BOT), alive)) == pytest.approx(1.0)
+    assert float(coverage(jnp.asarray(ring(3.0, [0] * 5)), jnp.asarray(BOT), jnp.zeros(5, bool))) == 0.0
+
+
+def test_tick_measures_on_a_hand_built_state():
+    params = jaxarena.make("Arena-v0")[1]
+    # Two NPCs at the bot's sides (90 deg, 3 u), one ahead (3 u), two behind at 10 u.
+    npc = np.concatenate([ring(3.0, [90, -90, 0]), ring(10.0, [180, 170])])
+    state = build_state(params, npc_pos=npc, bot_pos=BOT, bot_facing=FACING_EAST)
+    m = tick_measures(state, ALL_ALIVE)
+    assert int(m["npc_ticks"]) == 5
+    assert int(m["lateral_share"]) == 2
+    assert int(m["far_share"]) == 2
+    assert float(m["distance"]) == pytest.approx(29.0, rel=1e-5)
+
+
+def test_the_intents_accumulator_averages_over_an_episode():
+    env, params = jaxarena.make("Arena-v0", bot="aggressive", episode_s=5.0)
+    run = make_runner(env, params, focus_fire_policy, 1, num_episodes=4, accumulators={"intents": INTENTS})
+    measures = episode_measures(run(None, params, jax.random.key(0)).extras["intents"])
+    chex.assert_shape([measures[m] for m in MEASURES], (4,))
+    chex.assert_tree_all_finite(measures)
+    assert np.all((np.asarray(measures["coverage"]) >= 0) & (np.asarray(measures["coverage"]) <= 1))
+    assert np.all(np.asarray(measures["distance"]) > 0)
+
+
+def test_intent_surround_and_flank_pay_only_when_engaged():
+    params = jaxarena.make("Arena-v0")[1]
+    near = jnp.asarray(ring(3.0, [0, 72, 144, 216, 288]))
+    far = jnp.asarray(ring(20.0, [0, 72, 144, 216, 288]))
+    bot = jnp.asarray(BOT)
+    for tag in (0, 2):
+        assert float(intent_shaping(tag, far, bot, FACING_EAST, ALL_ALIVE, params).sum()) == 0.0
+        assert float(intent_shaping(tag, near, bot, FACING_EAST, ALL_ALIVE, params).sum()) > 0.0
+    # Table 5's Surround term pays the same NPCs at 20 u: the bug this recipe removes.
+    assert float(shaping(0, far, bot, FACING_EAST, params).sum()) > 0.0
+    # Surround pays the spread squad fully, Flank only its NPCs in the lateral arcs (72 and 288 deg).
+    np.testing.assert_allclose(intent_shaping(0, near, bot, FACING_EAST, ALL_ALIVE, params), INTENT_SCALE, rtol=1e-4)
+    np.testing.assert_allclose(intent_shaping(2, near, bot, FACING_EAST, ALL_ALIVE, params) > 0, [0, 1, 0, 0, 1])
+    # Retreat: +scale at 8 u or more, -scale inside.
+    np.testing.assert_allclose(intent_shaping(3, far, bot, FACING_EAST, ALL_ALIVE, params), INTENT_SCALE)
+    np.testing.assert_allclose(intent_shaping(3, near, bot, FACING_EAST, ALL_ALIVE, params), -INTENT_SCALE)
+
+
+def test_the_env_pays_the_recipe_it_is_given():
+    env, paper = jaxarena.make("Arena-v0", bot="aggressive", bot_speed=0.0, shaping_weight=1.0)
+    intent = paper.replace(shaping_recipe=1)
+    npc = ring(20.0, [0, 72, 144, 216, 288])
+    state = build_state(paper, npc_pos=npc, bot_pos=BOT, tag=jnp.int32(0))
+    hold = jnp.full(5, 1, jnp.int32)  # strafing: no damage, so the reward is the shaping alone
+    _, r_paper, *_ = env.step_env(jax.random.key(0), state, hold, paper)
+    _, r_intent, *_ = env.step_env(jax.random.key(0), state, hold, intent)
+    assert float(r_paper.sum()) > 0.0 and float(r_intent.sum()) == 0.0
