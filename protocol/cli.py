@@ -3,6 +3,8 @@
     jaxarena-evaluate                                   # shipped policies + embedded LLM, 100 episodes/cell
     jaxarena-evaluate --episodes 1000 --seed 1
     jaxarena-evaluate --llm ollama --model mistral      # the paper's set-up (needs `ollama serve`)
+    jaxarena-evaluate --llm gguf:ollama:mistral         # Ollama's Mistral GGUF run by our JAX code, no server
+    jaxarena-evaluate --llm gguf:models/qwen2.gguf      # any local llama/Mistral or qwen2 GGUF
     jaxarena-evaluate --policy-a runs/a --policy-b runs/b
 
 Outputs go to `results/<run-id>/` (see `protocol.summary`). The default run id
@@ -22,11 +24,11 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from jaxarena.llm.backends import BACKENDS
+from jaxarena.llm.backends import LLM_SPECS, parse_llm_spec
 from jaxarena.llm.choice import DECODE_MODES
 from jaxarena.names import BOT_TYPES
 
-from .config import COMBINATIONS, ProtocolConfig
+from .config import COMBINATIONS, LLM_PATHS, ProtocolConfig
 from .policies import policy_env_id
 from .runner import ProtocolRunner
 
@@ -36,6 +38,10 @@ def default_run_id(config: ProtocolConfig) -> str:
     digest = hashlib.sha256(json.dumps(config.as_dict(), sort_keys=True).encode()).hexdigest()[:8]
     model = (config.model or "mistral").replace(":", "_").replace("/", "_")
     llm = config.llm if config.llm == "embedded" else f"{config.llm}-{model}"
+    if config.llm.startswith("gguf:"):
+        # A path is no directory name: keep the file's stem (or the Ollama name), made safe.
+        stem = Path(config.llm.removeprefix("gguf:").removeprefix("ollama:")).stem or "model"
+        llm = "gguf-" + "".join(c if c.isalnum() or c in "-." else "_" for c in stem)
     return f"{llm}-n{config.episodes}-seed{config.seed}-{digest}"
 
 
@@ -82,6 +88,8 @@ def evaluate(
                 "env_id": policy_env_id(policy),
             }
         llm = runner.llm_identity() if "B" in config.combinations else None
+        if llm is not None:
+            llm = {**llm, "path": runner.llm_path(), "path_reason": runner.session.get("llm_path_reason")}
     finally:
         runner.close()
     meta = {
@@ -101,6 +109,14 @@ def evaluate(
     return summary
 
 
+def _llm_spec(text: str) -> str:
+    try:
+        parse_llm_spec(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="jaxarena-evaluate",
@@ -116,9 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--greedy", action="store_true", help="take the most likely action instead of sampling")
     p.add_argument(
         "--llm",
-        choices=BACKENDS,
+        type=_llm_spec,
         default="embedded",
-        help="tag selector backend for B (default: embedded SmolLM2-135M, no server)",
+        help=f"tag selector backend for B: {LLM_SPECS} (default: embedded SmolLM2-135M, no server; "
+        "gguf runs a local llama/Mistral or qwen2 GGUF with the same JAX code)",
     )
     p.add_argument("--model", default=None, help="Ollama model (default mistral)")
     p.add_argument(
@@ -129,6 +146,14 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: choice for the embedded model, free for Ollama)",
     )
     p.add_argument("--host", default=None, help="Ollama host (default $OLLAMA_HOST or localhost:11434)")
+    p.add_argument(
+        "--llm-path",
+        choices=LLM_PATHS,
+        default="auto",
+        help="where B's LLM runs: host (io_callback, with the prompt cache), graph (inside the jitted rollout; "
+        "choice decoding of an in-process model, no prompt cache), auto (default: graph on an accelerator "
+        "with a cold prompt cache, else host; on CPU the graph path measured no faster)",
+    )
     p.add_argument("--latency-steps", type=int, default=0, help="ticks before a chosen tag takes effect (default 0)")
     p.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples for win-rate CIs")
     p.add_argument("--out", default="results", help="output root (default results/)")
@@ -158,6 +183,7 @@ def config_from_args(args: argparse.Namespace) -> ProtocolConfig:
         host=args.host,
         decode=args.decode,
         latency_steps=args.latency_steps,
+        llm_path=args.llm_path,
         n_boot=args.n_boot,
     )
 
@@ -190,6 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"  time: session {tm['session_wall_s']:.1f} s; cells: compile {tm['cells_compile_s']:.1f} s, "
         f"simulation {tm['cells_simulation_s']:.1f} s, LLM {tm['cells_llm_s']:.1f} s "
+        f"{'(in the simulation: graph path) ' if tm.get('llm_path') == 'graph' else ''}"
         f"(computed {len(tm['computed_cells'])}, resumed {len(tm['loaded_cells'])})"
     )
     return 0

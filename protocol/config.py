@@ -12,11 +12,14 @@ import dataclasses
 
 import numpy as np
 
-from jaxarena.llm.backends import BACKENDS
+from jaxarena.llm.backends import parse_llm_spec
 from jaxarena.llm.choice import DECODE_MODES
 from jaxarena.names import BOT_TYPES, bot_index
 
 COMBINATIONS: tuple[str, ...] = ("A", "B")
+#: How B's LLM runs: "host" (TagSelector via io_callback, with the prompt cache), "graph"
+#: (inside the jitted rollout, `jaxarena.llm.graph_tags`), or "auto" (see `ProtocolRunner.llm_path`).
+LLM_PATHS: tuple[str, ...] = ("auto", "host", "graph")
 #: Version of the stored cell layout (`cells/<comb>_<bot>.json`); part of every cell's fingerprint.
 CELL_FORMAT = 1
 
@@ -28,7 +31,8 @@ class ProtocolConfig:
     policy_a / policy_b: checkpoint directories, "A"/"B" for the shipped
       policies, or "scripted:NAME" for a reference squad of
       `jaxarena.policies.SCRIPTED` ("scripted:focus_fire", "scripted:random", ...).
-    llm: "embedded" (in-process SmolLM2-135M, the default) or "ollama".
+    llm: "embedded" (in-process SmolLM2-135M, the default), "ollama", or
+      "gguf:PATH" (a local GGUF run in-process; PATH may be ollama:NAME[:TAG]).
     model: the Ollama model (e.g. "mistral"); ignored by the embedded backend.
     decode: "choice" (the reply is one tag digit, with the model's probabilities
       where the backend has them) or "free" (Table 10's 3-token generation);
@@ -39,6 +43,8 @@ class ProtocolConfig:
     latency_steps: ticks between a decision and its tag taking effect (0 = at once).
     num_periods: decision periods per episode; None = a full 120 s episode
       (only tests shorten it).
+    llm_path: "auto", "host" or "graph" (see `LLM_PATHS`); the graph path runs
+      only the embedded model's choice decoding and has no prompt cache.
     """
 
     episodes: int = 100
@@ -56,6 +62,7 @@ class ProtocolConfig:
     latency_steps: int = 0
     num_periods: int | None = None
     n_boot: int = 10_000
+    llm_path: str = "auto"
 
     def __post_init__(self):
         for b in self.bots:
@@ -67,10 +74,11 @@ class ProtocolConfig:
                 raise ValueError(f"unknown combination {c!r}; choose from {COMBINATIONS}")
         if self.episodes < 1:
             raise ValueError("episodes must be >= 1")
-        if self.llm not in BACKENDS:
-            raise ValueError(f"unknown LLM backend {self.llm!r}; choose from {', '.join(BACKENDS)}")
+        parse_llm_spec(self.llm)  # raises ValueError naming the accepted forms
         if self.decode is not None and self.decode not in DECODE_MODES:
             raise ValueError(f"unknown decode mode {self.decode!r}; choose from {', '.join(DECODE_MODES)}")
+        if self.llm_path not in LLM_PATHS:
+            raise ValueError(f"unknown LLM path {self.llm_path!r}; choose from {', '.join(LLM_PATHS)}")
 
     def policy_for(self, combination: str) -> str:
         return self.policy_a if combination == "A" else self.policy_b

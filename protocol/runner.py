@@ -7,8 +7,12 @@ inner scan over 50 steps). Both combinations go through that same code path
 and differ only in
 
 - the policy (A's or B's checkpoint, `policies`), and
-- the tag source: a fixed tag 0 for A; for B the LLM `TagSelector`, called
-  once per decision period for the whole batch through `io_callback`.
+- the tag source: a fixed tag 0 for A; for B the LLM, on one of two paths
+  (`ProtocolRunner.llm_path`): "host", the `TagSelector` called once per
+  decision period for the whole batch through `io_callback` (with the prompt
+  cache), or "graph", `jaxarena.llm.graph_tags.GraphTagSource` inside the
+  jitted rollout (no callback, no prompt cache; the embedded model's choice
+  decoding only). Both write the same decision records.
 
 Paired design: a cell's key depends only on (seed, bot), so A and B meet the
 same spawns, the same balanced-bot schedules and the same policy-sampling keys
@@ -85,6 +89,8 @@ class ProtocolRunner:
         self._policies: dict[str, tuple] = {}
         self._compiled: dict[str, Any] = {}
         self._selector = None
+        self._graph = None
+        self._llm_path: tuple[str, str] | None = None
         self.session: dict[str, float] = {"policy_load_s": 0.0, "llm_load_s": 0.0}
         self.computed: list[str] = []  # cells computed (not loaded) in this session
 
@@ -109,14 +115,14 @@ class ProtocolRunner:
 
     def backend(self):
         if self._backend is None:
-            from jaxarena.llm.backends import make_backend
+            from jaxarena.llm.backends import make_backend, parse_llm_spec
 
-            kwargs = {}
-            if self.config.llm == "ollama":
+            name, kwargs = parse_llm_spec(self.config.llm)
+            if name == "ollama":
                 kwargs = {"model": self.config.model or "mistral", "host": self.config.host}
             if self.config.decode is not None:
                 kwargs["decode"] = self.config.decode
-            self._backend = make_backend(self.config.llm, **kwargs)
+            self._backend = make_backend(name, **kwargs)
         return self._backend
 
     def fingerprint(self, combination: str) -> dict:
@@ -135,6 +141,8 @@ class ProtocolRunner:
         else:
             fp["llm"] = {k: v for k, v in self.llm_identity().items() if k != "host"}
             fp["latency_steps"] = c.latency_steps
+            if self.llm_path() == "graph":  # host cells keep the fingerprint they always had
+                fp["llm_path"] = "graph"
         return fp
 
     # -- cells on disk --
@@ -155,6 +163,78 @@ class ProtocolRunner:
             )
         return cell
 
+    # -- the LLM path --
+    def llm_path(self) -> str:
+        """ "host" or "graph": how B's LLM runs in this session (resolved once; see `llm_path_reason`)."""
+        if self._llm_path is None:
+            self._llm_path = self._resolve_llm_path()
+            self.session["llm_path"], self.session["llm_path_reason"] = self._llm_path
+        return self._llm_path[0]
+
+    def _resolve_llm_path(self) -> tuple[str, str]:
+        from jaxarena.llm.graph_tags import UnsupportedTokenizer
+
+        asked = self.config.llm_path
+        if asked == "host" or "B" not in self.config.combinations:
+            return "host", "asked for" if asked == "host" else "no Combination B"
+        backend = self.backend()
+        decode = getattr(backend, "decode", "free")
+        if decode != "choice" or not hasattr(backend, "load"):
+            why = f"the graph path runs an in-process model's choice decoding, not {backend.name} with {decode}"
+            if asked == "graph":
+                raise ValueError(f"--llm-path graph: {why}; use --llm-path host")
+            return "host", why
+        stored = self._stored_b_path()
+        if asked == "auto" and stored is not None:
+            return stored, "the run's stored B cells used it (resumed)"
+        if asked == "auto" and self._cache_is_warm(backend):
+            return "host", "the prompt cache already holds this model's replies (a warm re-run is faster on the host)"
+        if asked == "auto":
+            import jax
+
+            if jax.default_backend() == "cpu":
+                # Measured on 2 CPU cores: the in-graph forward ran no faster than the host path
+                # (both at about one core's speed), and the host path keeps the prompt cache.
+                return "host", "on CPU the graph path measured no faster; --llm-path graph to use it"
+        try:
+            self.graph_source()
+        except UnsupportedTokenizer as exc:
+            if asked == "graph":
+                raise
+            return "host", str(exc)
+        return "graph", "asked for" if asked == "graph" else "accelerator, cold prompt cache: no callback per period"
+
+    def _stored_b_path(self) -> str | None:
+        for bot in self.config.bots:
+            path = self.cell_path("B", bot)
+            if path.exists():
+                return json.loads(path.read_text(encoding="utf-8")).get("fingerprint", {}).get("llm_path", "host")
+        return None
+
+    def _cache_is_warm(self, backend) -> bool:
+        """Whether the prompt cache file holds choice replies of this backend's model."""
+        if self.cache_path is None or not Path(self.cache_path).exists():
+            return False
+        with Path(self.cache_path).open(encoding="utf-8") as f:
+            for line in f:
+                try:
+                    entry = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if entry.get("backend") == backend.name and entry.get("model") == backend.model and "probs" in entry:
+                    return True
+        return False
+
+    def graph_source(self):
+        """The in-graph tag source (`jaxarena.llm.graph_tags.GraphTagSource`) of the backend's model."""
+        if self._graph is None:
+            from jaxarena.llm.graph_tags import GraphTagSource
+
+            t = time.perf_counter()
+            self._graph = GraphTagSource.from_backend(self.backend())
+            self.session["llm_load_s"] += time.perf_counter() - t
+        return self._graph
+
     # -- computing --
     def selector(self):
         if self._selector is None:
@@ -171,9 +251,11 @@ class ProtocolRunner:
     def _rollout(self, combination: str, env, env_params) -> tuple[Any, float]:
         """The compiled rollout for a combination (compiled once; reused across bots).
 
-        B's tag source is the selector's `jax_fn`: the compiled program keeps
-        calling the selector it was traced with, so what changes per cell is
-        the selector's state (context, on_call), never the function.
+        On the host path B's tag source is the selector's `jax_fn`: the
+        compiled program keeps calling the selector it was traced with, so
+        what changes per cell is the selector's state (context, on_call),
+        never the function. On the graph path it is the `GraphTagSource`,
+        whose weights are an argument of the program.
         """
         import jax
 
@@ -182,6 +264,29 @@ class ProtocolRunner:
         if combination in self._compiled:
             return self._compiled[combination], 0.0
         policy, params, _, _ = self.policy(combination)
+        key = jax.numpy.asarray(cell_key_data(0, "aggressive"))
+        latency = self.config.latency_steps if combination == "B" else 0
+        if combination == "B" and self.llm_path() == "graph":
+            from jaxarena.runner import make_runner
+
+            # The weights go in as an argument (part of the tag source's state), not as constants.
+            graph = self.graph_source()
+            state = graph.initial_state()
+            run = make_runner(
+                env,
+                env_params,
+                policy,
+                graph.tag_fn(),
+                self.config.episodes,
+                latency_steps=latency,
+                num_periods=self.config.num_periods,
+            )
+            fn = jax.jit(lambda pp, prm, k, ts: run(pp, prm, k, 0, None, ts))
+            t = time.perf_counter()
+            program = fn.lower(params, env_params, key, state).compile()
+            compile_s = time.perf_counter() - t
+            self._compiled[combination] = lambda pp, prm, k: program(pp, prm, k, state)
+            return self._compiled[combination], compile_s
         tag_source = self.config.tag_a if combination == "A" else self.selector().jax_fn()
         fn = make_rollout(
             env,
@@ -189,11 +294,11 @@ class ProtocolRunner:
             policy,
             tag_source,
             self.config.episodes,
-            latency_steps=self.config.latency_steps if combination == "B" else 0,
+            latency_steps=latency,
             num_periods=self.config.num_periods,
         )
         t = time.perf_counter()
-        compiled = fn.lower(params, env_params, jax.numpy.asarray(cell_key_data(0, "aggressive"))).compile()
+        compiled = fn.lower(params, env_params, key).compile()
         compile_s = time.perf_counter() - t
         self._compiled[combination] = compiled
         return compiled, compile_s
@@ -206,9 +311,12 @@ class ProtocolRunner:
 
         c = self.config
         policy, params = self.policy(combination)[:2]
-        env, env_params = jaxarena.make(policy_env_id(policy), bot=bot)
+        # B plays with tags, so its logged return includes Table 5's shaping (as B trained);
+        # A's is the team reward alone, the arena's default.
+        shaping = 1.0 if combination == "B" else 0.0
+        env, env_params = jaxarena.make(policy_env_id(policy), bot=bot, shaping_weight=shaping)
         selector, before, n_records = None, None, 0
-        if combination == "B":
+        if combination == "B" and self.llm_path() == "host":
             selector = self.selector()
             selector.context = {"combination": combination, "bot": bot}
             before = selector.stats.as_dict()
@@ -246,6 +354,12 @@ class ProtocolRunner:
             "llm": None,
             "timing": {"compile_s": compile_s, "wall_s": wall, "llm_s": 0.0, "simulation_s": wall},
         }
+        if combination == "B" and selector is None:
+            # The LLM ran inside the rollout: its time is part of `simulation_s`.
+            graph = self.graph_source()
+            cell["decisions"] = graph.decision_records(result, {"combination": combination, "bot": bot})
+            cell["llm"] = graph.counters(result)
+            cell["timing"]["llm_path"] = "graph"
         if selector is not None:
             delta = _stats_delta(selector.stats.as_dict(), before)
             # `call` counts the selector's calls over the whole session; make it count from

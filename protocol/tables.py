@@ -199,7 +199,8 @@ def render_report(summary: dict, figures: Sequence[str] = ()) -> str:
         (
             f"{cfg['episodes']} episodes per bot type and combination, seed {cfg['seed']}, paired seeds for A and B. "
             f"LLM: {llm['backend'] if llm else '—'} ({llm['model'] if llm else '—'}"
-            f"{', ' + llm['decode'] + ' decoding' if llm and llm.get('decode') else ''}). "
+            f"{', ' + llm['decode'] + ' decoding' if llm and llm.get('decode') else ''}"
+            f"{', ' + llm['path'] + ' path' if llm and llm.get('path') else ''}). "
             f"Time-to-defeat is the episode length in seconds (timeouts count as {EPISODE_S:g} s). "
             "The paper's numbers (Unity, n = 100) are printed under ours for reference; "
             "they come from a different simulator and policies, so agreement is not expected."
@@ -218,6 +219,7 @@ def render_report(summary: dict, figures: Sequence[str] = ()) -> str:
         lines += ["## Figures", ""] + [f"![{Path(f).stem}]({Path(f).name})" for f in figures] + [""]
     tm = summary["timings"]
     lc = summary.get("llm_counters") or {}
+    in_graph = tm.get("llm_path") == "graph"
     policies = ", ".join(
         f"{k}: `{v['source']}` ({v['sha256'][:19]}…, {v.get('env_id', 'Arena-v0')})"
         for k, v in summary["policies"].items()
@@ -227,8 +229,10 @@ def render_report(summary: dict, figures: Sequence[str] = ()) -> str:
         "",
         (
             f"- Timings (s, summed over cells): compile {tm['cells_compile_s']:.1f}, simulation "
-            f"{tm['cells_simulation_s']:.1f}, LLM {tm['cells_llm_s']:.1f}."
+            f"{tm['cells_simulation_s']:.1f}, LLM {tm['cells_llm_s']:.1f}"
+            + (" (the LLM ran inside the rollout: its time is in the simulation's)." if in_graph else ".")
         ),
+        *([f"- LLM path: {tm['llm_path']} ({tm.get('llm_path_reason', '')})."] if tm.get("llm_path") else []),
         (
             f"- LLM: {lc.get('calls', 0)} batched calls, {lc.get('decisions', 0)} decisions, "
             f"{lc.get('distinct_prompts', 0)} distinct prompts, {lc.get('llm_requests', 0)} sent to the model, "

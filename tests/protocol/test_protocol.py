@@ -17,7 +17,8 @@ import pytest
 from jaxarena.protocol import ProtocolConfig, evaluate
 from jaxarena.protocol.runner import ProtocolRunner
 
-CONFIG = ProtocolConfig(episodes=4, seed=3, policy_a="A", policy_b="B", num_periods=4, n_boot=2000)
+# The host LLM path: these runs check its prompt cache (r2 is answered from r1's).
+CONFIG = ProtocolConfig(episodes=4, seed=3, policy_a="A", policy_b="B", num_periods=4, n_boot=2000, llm_path="host")
 
 
 class SimulatedKill(Exception):
