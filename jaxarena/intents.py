@@ -5,14 +5,14 @@ the ticks the episode ran, computed from the state the squad acted in:
 
     tag         measure           definition                                          more intent
     ----------  ----------------  --------------------------------------------------  -----------
-    Surround    coverage          1 - |mean unit vector bot -> living NPC|            higher
+    Surround    coverage          1 - widest bearing gap in the NPCs' ring, scaled    higher
     Aggressive  distance          mean distance living NPC -> bot (u)                 lower
     Flank       lateral_share     share of living NPC-ticks at 60-120 deg from the    higher
                                   bot's facing
     Retreat     far_share         share of living NPC-ticks at >= 8 u from the bot    higher
 
-Coverage is 0 when the living NPCs all stand on one side of the bot and 1 when
-their directions cancel (evenly around it). The tag-response matrix
+Coverage is 1 when the living NPCs stand evenly around the bot and falls with
+the widest gap in their ring (see `coverage`). The tag-response matrix
 (`benchmarks/tag_response.py`) holds each tag for whole episodes and asks
 whether each measure is best under its own tag.
 
@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .names import TAG_NAMES
 from .physics import norm
-from .rewards import RETREAT_DISTANCE, bearing_cos_sin, coverage
+from .rewards import RETREAT_DISTANCE, bearing_cos_sin
 from .runner import Accumulator, Tick
 
 #: One measure per tag, in tag order; the tag-response matrix's columns.
@@ -35,6 +36,26 @@ MEASURES = ("coverage", "distance", "lateral_share", "far_share")
 #: +1 where a higher value means more of the tag's intent, -1 where lower does (distance).
 DIRECTION = (1.0, -1.0, 1.0, 1.0)
 MEASURE_OF_TAG = dict(zip(TAG_NAMES, MEASURES, strict=True))
+
+
+def coverage(npc_pos: jax.Array, bot_pos: jax.Array, alive: jax.Array) -> jax.Array:
+    """() How closed the ring of living NPCs around the bot is: 1 evenly spread, 0 all on one bearing.
+
+    From the largest bearing gap between neighbouring living NPCs (the bot's
+    widest way out): (2 pi - gap) / (2 pi - 2 pi / n). Unlike the spread of
+    directions, this tells a ring from two flanking groups on opposite sides
+    (gap 180 degrees: 0.63 for five NPCs). Fewer than two living NPCs: 0.
+    """
+    v = npc_pos - bot_pos
+    bearing = jnp.where(alive, jnp.arctan2(v[:, 1], v[:, 0]), jnp.inf)
+    ordered = jnp.sort(bearing)  # living first, ascending; the dead (inf) last
+    n = jnp.sum(alive)
+    index = jnp.arange(ordered.shape[0])
+    steps = jnp.where(index[1:] < n, ordered[1:] - ordered[:-1], 0.0)
+    wrap = ordered[0] + 2 * np.pi - ordered[jnp.maximum(n - 1, 0)]
+    gap = jnp.maximum(jnp.max(steps), wrap)
+    even = 2 * np.pi / jnp.maximum(n, 2)
+    return jnp.where(n >= 2, jnp.clip((2 * np.pi - gap) / (2 * np.pi - even), 0.0, 1.0), 0.0)
 
 
 def tick_measures(state, alive: jax.Array) -> dict[str, jax.Array]:

@@ -13,6 +13,8 @@ RETREAT_DISTANCE = 8.0  # u, Table 5's Retreat threshold
 ENGAGE_NEAR, ENGAGE_FAR = 4.0, 8.0
 # Its terms' scale before `shaping_weight`: Table 5's largest per-step term.
 INTENT_SCALE = 0.0075
+# Surround's and Flank's extra gain in the intent recipe (see `intent_shaping`).
+SPACING_GAIN = 2.0
 PAPER_RECIPE, INTENT_RECIPE = 0, 1
 
 
@@ -56,15 +58,6 @@ def team_reward(damage_to_bot, bot_killed, squad_wiped, params: EnvParams) -> ja
     )
 
 
-def coverage(npc_pos: jax.Array, bot_pos: jax.Array, alive: jax.Array) -> jax.Array:
-    """() 1 - the resultant length of the living NPCs' unit directions from the bot (0 if none alive)."""
-    v = npc_pos - bot_pos
-    unit = v / jnp.maximum(norm(v), 1e-6)[:, None]
-    n = jnp.sum(alive)
-    mean = jnp.sum(jnp.where(alive[:, None], unit, 0.0), axis=0) / jnp.maximum(n, 1)
-    return jnp.where(n > 0, 1.0 - norm(mean), 0.0)
-
-
 def angular_gap(npc_pos: jax.Array, bot_pos: jax.Array, alive: jax.Array) -> jax.Array:
     """(5,) each living NPC's bearing gap (around the bot) to its nearest living squadmate.
 
@@ -92,24 +85,28 @@ def intent_shaping(
 
     - Surround: the NPC's bearing gap to its nearest squadmate (`angular_gap`),
       while engaged (full within ENGAGE_NEAR, none beyond ENGAGE_FAR);
-    - Aggressive: being in melee reach (full within the NPC's melee range,
-      none beyond ENGAGE_FAR), a pull to the closest distance;
+    - Aggressive: half closeness (1 - d / d_max, a pull from anywhere, which
+      a chase of the evasive bot needs) and half being in melee reach (full
+      within the NPC's melee range, none beyond ENGAGE_FAR);
     - Flank: standing 60-120 degrees off the bot's facing, while engaged;
     - Retreat: +1 at 8 u or more, -1 inside, as Table 5's sign.
 
     Each term is per NPC, so each NPC's own move earns it (a squad-level term
     such as `coverage` measured the intent but was a weak signal to train on),
-    and at most 1 before `INTENT_SCALE` and the weight.
+    and at most 1 before `INTENT_SCALE` and the weight, except that Surround
+    and Flank, which both pay engaged NPCs and differ only in where around the
+    bot they stand, get SPACING_GAIN to make that difference worth learning.
     """
     d = norm(npc_pos - bot_pos)
     engaged = jnp.clip((ENGAGE_FAR - d) / (ENGAGE_FAR - ENGAGE_NEAR), 0.0, 1.0)
     in_reach = jnp.clip((ENGAGE_FAR - d) / (ENGAGE_FAR - params.npc_melee_range), 0.0, 1.0)
     cos, _ = bearing_cos_sin(npc_pos, bot_pos, bot_facing)
+    closeness = 1.0 - d / arena_diagonal(params)
     terms = jnp.stack(
         [
-            angular_gap(npc_pos, bot_pos, alive) * engaged,  # 0 Surround
-            in_reach,  # 1 Aggressive
-            (jnp.abs(cos) < 0.5) * engaged,  # 2 Flank
+            SPACING_GAIN * angular_gap(npc_pos, bot_pos, alive) * engaged,  # 0 Surround
+            0.5 * (closeness + in_reach),  # 1 Aggressive
+            SPACING_GAIN * (jnp.abs(cos) < 0.5) * engaged,  # 2 Flank
             jnp.where(d >= RETREAT_DISTANCE, 1.0, -1.0),  # 3 Retreat
         ]
     )

@@ -1,4 +1,4 @@
-"""The paper's evaluation protocol: batched A/B episodes, statistics, report and figures.
+"""The paper's evaluation protocol: batched A/B episodes (and F/O), statistics, report and figures.
 
 Installed as `jaxarena.protocol`. It sits above `jaxarena.algorithms` and
 `jaxarena.llm` in the dependency order (env <- algorithms <- llm/protocol <- scripts).
@@ -6,6 +6,7 @@ Installed as `jaxarena.protocol`. It sits above `jaxarena.algorithms` and
 - `config`: `ProtocolConfig`, the combinations, cell names and cell keys.
 - `policies`: `resolve_policy` (spec -> policy, params, checksum) and `directory_checksum`.
 - `runner`: `ProtocolRunner` (cells, paired seeds, resume, progress).
+- `pricing`: `DecisionPricer`, the oracle's verdict on every B decision (regret, agreement).
 - `stats`: Tables 6-9 statistics (numpy/scipy only).
 - `summary`: `summarize`, episodes.csv and decisions.jsonl rows, versions; `write_outputs` writes them all.
 - `tables`: report.md (the paper's Tables 6-9 beside ours); `figures`: Figs. 5-9 (matplotlib).

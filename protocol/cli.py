@@ -6,6 +6,7 @@
     jaxarena-evaluate --llm gguf:ollama:mistral         # Ollama's Mistral GGUF run by our JAX code, no server
     jaxarena-evaluate --llm gguf:models/qwen2.gguf      # any local llama/Mistral or qwen2 GGUF
     jaxarena-evaluate --policy-a runs/a --policy-b runs/b
+    jaxarena-evaluate --combinations A B F O --price-decisions   # + fixed tags, the oracle, B's regret
 
 Outputs go to `results/<run-id>/` (see `protocol.summary`). The default run id
 is derived from the configuration, so running the same command again resumes
@@ -27,15 +28,16 @@ from pathlib import Path
 from jaxarena.llm.backends import LLM_SPECS, parse_llm_spec
 from jaxarena.llm.choice import DECODE_MODES
 from jaxarena.names import BOT_TYPES
+from jaxarena.scenarios import DEFAULT_SCENARIO, SCENARIOS
 
-from .config import COMBINATIONS, LLM_PATHS, ProtocolConfig
+from .config import COMBINATIONS, DEFAULT_COMBINATIONS, DEFAULT_ORACLE_ROLLOUTS, LLM_PATHS, ProtocolConfig
 from .policies import policy_env_id
 from .runner import ProtocolRunner
 
 
 def default_run_id(config: ProtocolConfig) -> str:
     """A readable id plus a hash of the whole config: the same command maps to the same directory."""
-    digest = hashlib.sha256(json.dumps(config.as_dict(), sort_keys=True).encode()).hexdigest()[:8]
+    digest = hashlib.sha256(json.dumps(config.identity_dict(), sort_keys=True).encode()).hexdigest()[:8]
     model = (config.model or "mistral").replace(":", "_").replace("/", "_")
     llm = config.llm if config.llm == "embedded" else f"{config.llm}-{model}"
     if config.llm.startswith("gguf:"):
@@ -120,13 +122,38 @@ def _llm_spec(text: str) -> str:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="jaxarena-evaluate",
-        description="Run the paper's evaluation protocol (Combinations A and B x 3 bots) and write "
-        "episodes.csv, decisions.jsonl, summary.json, report.md and figures.",
+        description="Run the paper's evaluation protocol (Combinations A and B x 3 bots; optionally fixed tags F "
+        "and the oracle O) and write episodes.csv, decisions.jsonl, summary.json, report.md and figures.",
     )
     p.add_argument("--episodes", type=int, default=100, help="episodes per (combination, bot) cell (default 100)")
     p.add_argument("--seed", type=int, default=0, help="base seed; A and B share it (paired design)")
     p.add_argument("--bots", default=",".join(BOT_TYPES), help="comma-separated bot types (default: all three)")
-    p.add_argument("--combinations", default=",".join(COMBINATIONS), help="comma-separated: A,B (default both)")
+    p.add_argument(
+        "--combinations",
+        nargs="+",
+        default=list(DEFAULT_COMBINATIONS),
+        metavar="C",
+        help=f"combinations to run, from {' '.join(COMBINATIONS)} (space- or comma-separated; default A B). "
+        "F: B's policy with each tag held all episode; O: the oracle picks each tag (slow: minutes per bot)",
+    )
+    p.add_argument(
+        "--oracle-rollouts",
+        type=int,
+        default=DEFAULT_ORACLE_ROLLOUTS,
+        metavar="K",
+        help=f"the oracle's playouts per tag, for O and --price-decisions (default {DEFAULT_ORACLE_ROLLOUTS})",
+    )
+    p.add_argument(
+        "--price-decisions",
+        action="store_true",
+        help="price every B decision with the oracle (K playouts per tag): regret and agreement per bot (slow)",
+    )
+    p.add_argument(
+        "--scenario",
+        choices=tuple(SCENARIOS),
+        default=DEFAULT_SCENARIO,
+        help=f"arena preset for every cell (jaxarena.scenarios; default {DEFAULT_SCENARIO})",
+    )
     p.add_argument("--policy-a", default="A", help="Combination A policy: run dir, exported policy, or 'A' (shipped)")
     p.add_argument("--policy-b", default="B", help="Combination B policy: run dir, exported policy, or 'B' (shipped)")
     p.add_argument("--greedy", action="store_true", help="take the most likely action instead of sampling")
@@ -174,7 +201,7 @@ def config_from_args(args: argparse.Namespace) -> ProtocolConfig:
         episodes=args.episodes,
         seed=args.seed,
         bots=split(args.bots),
-        combinations=tuple(c.upper() for c in split(args.combinations)),
+        combinations=tuple(c.upper() for arg in args.combinations for c in split(arg)),
         policy_a=args.policy_a,
         policy_b=args.policy_b,
         greedy=args.greedy,
@@ -185,12 +212,43 @@ def config_from_args(args: argparse.Namespace) -> ProtocolConfig:
         latency_steps=args.latency_steps,
         llm_path=args.llm_path,
         n_boot=args.n_boot,
+        scenario=args.scenario,
+        oracle_rollouts=args.oracle_rollouts,
+        price_decisions=args.price_decisions,
     )
+
+
+def print_oracle(oracle: dict) -> None:
+    """The headroom table in a few lines: squad win % (95% CI) of A, B, the best fixed tag and O."""
+
+    def rate(entry):
+        return f"{entry['win_pct']:5.1f}% ({entry['ci95'][0]:.0f}-{entry['ci95'][1]:.0f})" if entry else "    —"
+
+    print(f"  oracle (scenario {oracle['scenario']}, K={oracle['rollouts']}): squad win % (95% CI)")
+    for bot, r in oracle["by_bot"].items():
+        best = r.get("best_fixed")
+        parts = [f"A {rate(r.get('A'))}", f"B {rate(r.get('B'))}"]
+        if best:
+            parts.append(f"best F ({best['name']}) {rate(best)}")
+        parts.append(f"O {rate(r.get('O'))}")
+        if r.get("headroom"):
+            h = r["headroom"]
+            parts.append(f"headroom {h['pct_points']:+.1f} pp ({h['ci95'][0]:+.1f}, {h['ci95'][1]:+.1f})")
+        if r.get("llm"):
+            m = r["llm"]
+            parts.append(
+                f"LLM regret {m['mean_regret']:.3f} ({m['regret_ci95'][0]:.3f}-{m['regret_ci95'][1]:.3f}), "
+                f"agrees {m['agreement_pct']:.0f}% of {m['decisions']}"
+            )
+        print(f"    {bot:<10} " + "  ".join(parts))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    config = config_from_args(args)
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        build_parser().error(str(exc))
     cache = False if args.no_cache else (args.cache if args.cache else True)
     summary = evaluate(
         config,
@@ -203,6 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     run_dir = Path(summary["run_dir"])
     tm = summary["timings"]
+    pricing = f"pricing {tm['cells_pricing_s']:.1f} s " if "cells_pricing_s" in tm else ""
     print(f"\nresults: {run_dir}/report.md")
     for comb, per_bot in summary["descriptive"].items():
         for bot, r in per_bot.items():
@@ -213,9 +272,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
     for bot, m in summary["mann_whitney"].items():
         print(f"  A vs B {bot:<10} U {m['U']:.1f}  p {m['p']:.4g}{m['stars']}  r {m['r']:+.3f}  {m['direction']}")
+    if summary.get("oracle"):
+        print_oracle(summary["oracle"])
     print(
         f"  time: session {tm['session_wall_s']:.1f} s; cells: compile {tm['cells_compile_s']:.1f} s, "
         f"simulation {tm['cells_simulation_s']:.1f} s, LLM {tm['cells_llm_s']:.1f} s "
+        f"{pricing}"
         f"{'(in the simulation: graph path) ' if tm.get('llm_path') == 'graph' else ''}"
         f"(computed {len(tm['computed_cells'])}, resumed {len(tm['loaded_cells'])})"
     )

@@ -1,9 +1,18 @@
 """What a protocol run is: `ProtocolConfig`, its cells, their names and their keys.
 
-A *cell* is one combination (A or B) against one bot type. Bots are named as
-in `jaxarena.names.BOT_TYPES`; a cell's key is
-`fold_in(PRNGKey(seed), bot_index(bot))`, the same for A and B (the paired
-design) and the same whichever other bots are run.
+A *cell* is one combination against one bot type. Combinations:
+
+- A: Combination A's policy with the fixed tag `tag_a` (the paper's A);
+- B: B's policy with the LLM choosing the tag every 5 s (the paper's B);
+- F: B's policy with each of the four tags held for the whole episode (one
+  cell per bot holds all four tags' episodes);
+- O: B's policy with the counterfactual oracle choosing the tag (argmax of Q
+  over `oracle_rollouts` playouts per tag, `jaxarena.oracle`): an upper bound
+  on what a tag selector can gain, not a player.
+
+Bots are named as in `jaxarena.names.BOT_TYPES`; a cell's key is
+`fold_in(PRNGKey(seed), bot_index(bot))`, the same for every combination (the
+paired design) and the same whichever other bots are run.
 """
 
 from __future__ import annotations
@@ -15,13 +24,19 @@ import numpy as np
 from jaxarena.llm.backends import parse_llm_spec
 from jaxarena.llm.choice import DECODE_MODES
 from jaxarena.names import BOT_TYPES, bot_index
+from jaxarena.scenarios import DEFAULT_SCENARIO, scenario_overrides
 
-COMBINATIONS: tuple[str, ...] = ("A", "B")
+#: Every combination a run may ask for (see the module docstring).
+COMBINATIONS: tuple[str, ...] = ("A", "B", "F", "O")
+#: What a run plays unless told otherwise: the paper's two (F and O cost minutes more).
+DEFAULT_COMBINATIONS: tuple[str, ...] = ("A", "B")
+#: Playouts per tag of the oracle (Combination O and decision pricing) unless told otherwise.
+DEFAULT_ORACLE_ROLLOUTS = 8
 #: How B's LLM runs: "host" (TagSelector via io_callback, with the prompt cache), "graph"
 #: (inside the jitted rollout, `jaxarena.llm.graph_tags`), or "auto" (see `ProtocolRunner.llm_path`).
 LLM_PATHS: tuple[str, ...] = ("auto", "host", "graph")
 #: Version of the stored cell layout (`cells/<comb>_<bot>.json`); part of every cell's fingerprint.
-CELL_FORMAT = 1
+CELL_FORMAT = 2  # 2: A cells log the team reward alone (the arena default no longer shapes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,12 +60,15 @@ class ProtocolConfig:
       (only tests shorten it).
     llm_path: "auto", "host" or "graph" (see `LLM_PATHS`); the graph path runs
       only the embedded model's choice decoding and has no prompt cache.
+    scenario: a preset of `jaxarena.scenarios.SCENARIOS`, the arena of every cell.
+    oracle_rollouts: K, the oracle's playouts per tag (Combination O and pricing).
+    price_decisions: price every B decision with the oracle (regret, agreement).
     """
 
     episodes: int = 100
     seed: int = 0
     bots: tuple[str, ...] = BOT_TYPES
-    combinations: tuple[str, ...] = COMBINATIONS
+    combinations: tuple[str, ...] = DEFAULT_COMBINATIONS
     policy_a: str = "A"
     policy_b: str = "B"
     greedy: bool = False
@@ -63,6 +81,9 @@ class ProtocolConfig:
     num_periods: int | None = None
     n_boot: int = 10_000
     llm_path: str = "auto"
+    scenario: str = DEFAULT_SCENARIO
+    oracle_rollouts: int = DEFAULT_ORACLE_ROLLOUTS
+    price_decisions: bool = False
 
     def __post_init__(self):
         for b in self.bots:
@@ -79,17 +100,41 @@ class ProtocolConfig:
             raise ValueError(f"unknown decode mode {self.decode!r}; choose from {', '.join(DECODE_MODES)}")
         if self.llm_path not in LLM_PATHS:
             raise ValueError(f"unknown LLM path {self.llm_path!r}; choose from {', '.join(LLM_PATHS)}")
+        if len(set(self.combinations)) != len(self.combinations):
+            raise ValueError(f"combinations repeat: {self.combinations}")
+        scenario_overrides(self.scenario)  # raises ValueError naming the presets
+        if self.oracle_rollouts < 1:
+            raise ValueError(f"oracle_rollouts must be >= 1, got {self.oracle_rollouts}")
+        if self.price_decisions and "B" not in self.combinations:
+            raise ValueError("price_decisions prices Combination B's LLM decisions: add B to the combinations")
 
     def policy_for(self, combination: str) -> str:
         return self.policy_a if combination == "A" else self.policy_b
 
     def cells(self) -> list[tuple[str, str]]:
-        """(combination, bot) in run order: all of A first (fast), then B."""
+        """(combination, bot) in run order: combination by combination, as given (A, B by default)."""
         return [(c, b) for c in self.combinations for b in self.bots]
 
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["bots"], d["combinations"] = list(self.bots), list(self.combinations)
+        return d
+
+    def identity_dict(self) -> dict:
+        """`as_dict` without the oracle's fields where they are at their defaults.
+
+        What the default run id hashes: a configuration that does not use the
+        oracle or another scenario keeps the run id it had before they existed,
+        so re-running an old command still resumes its run.
+        """
+        d = self.as_dict()
+        for name, default in (
+            ("scenario", DEFAULT_SCENARIO),
+            ("oracle_rollouts", DEFAULT_ORACLE_ROLLOUTS),
+            ("price_decisions", False),
+        ):
+            if d[name] == default:
+                del d[name]
         return d
 
 
@@ -99,7 +144,15 @@ def cell_name(combination: str, bot: str) -> str:
 
 
 def cell_key_data(seed: int, bot: str) -> np.ndarray:
-    """Raw uint32 key of a cell, fold_in(PRNGKey(seed), bot_index(bot)); identical for A and B."""
+    """Raw uint32 key of a cell, fold_in(PRNGKey(seed), bot_index(bot)); identical for every combination."""
     import jax
 
     return np.asarray(jax.random.fold_in(jax.random.PRNGKey(seed), bot_index(bot)))
+
+
+def episode_sets(cell: dict) -> list[tuple[str, dict]]:
+    """A stored cell's episodes as (label, episodes): ("A", ...) for most cells; F's one set per
+    held tag, labelled "F0".."F3" (the label `episodes.csv` and `summary.json` use)."""
+    if cell["combination"] == "F":
+        return [(f"F{tag}", episodes) for tag, episodes in enumerate(cell["episodes_by_tag"])]
+    return [(cell["combination"], cell["episodes"])]

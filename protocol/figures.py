@@ -16,6 +16,7 @@ import numpy as np
 from jaxarena.files import write_atomic
 from jaxarena.names import BOT_TYPES, DECISION_PERIOD_S, EPISODE_S, NUM_TAGS, TAG_NAMES
 
+from .config import episode_sets
 from .tables import format_p
 
 
@@ -29,7 +30,8 @@ def make_figures(run_dir: str | Path, summary: dict, cells: dict[str, dict]) -> 
     run_dir = Path(run_dir)
     by = defaultdict(dict)
     for c in cells.values():
-        by[c["combination"]][c["bot"]] = np.asarray(c["episodes"]["duration_s"])
+        for label, episodes in episode_sets(c):
+            by[label][c["bot"]] = np.asarray(episodes["duration_s"])
     paths = []
 
     def save(fig, name):

@@ -1,22 +1,27 @@
 """Running the protocol's cells: (combination, bot) batches of seeded episodes.
 
-A *cell* (`config`) is one combination (A or B) against one bot type:
+A *cell* (`config`) is one combination (A, B, F or O) against one bot type:
 `episodes` episodes run as one vmapped batch under one jitted
-`jaxarena.llm.make_rollout` program (outer scan over 5 s decision periods,
-inner scan over 50 steps). Both combinations go through that same code path
-and differ only in
+`jaxarena.runner.make_runner` program (outer scan over 5 s decision periods,
+inner scan over 50 steps). Every combination goes through that same code path
+and differs only in
 
-- the policy (A's or B's checkpoint, `policies`), and
-- the tag source: a fixed tag 0 for A; for B the LLM, on one of two paths
+- the policy (A's checkpoint for A, B's for B, F and O; `policies`), and
+- the tag source: a fixed tag 0 for A; each tag held in turn for F (four
+  batches, one program); the oracle's argmax for O
+  (`jaxarena.oracle.oracle_tag_source`); for B the LLM, on one of two paths
   (`ProtocolRunner.llm_path`): "host", the `TagSelector` called once per
   decision period for the whole batch through `io_callback` (with the prompt
   cache), or "graph", `jaxarena.llm.graph_tags.GraphTagSource` inside the
   jitted rollout (no callback, no prompt cache; the embedded model's choice
-  decoding only). Both write the same decision records.
+  decoding only). Both write the same decision records. With
+  `price_decisions` the B rollout also records its decision states, and
+  `pricing.DecisionPricer` adds the oracle's verdict to every decision record.
 
-Paired design: a cell's key depends only on (seed, bot), so A and B meet the
-same spawns, the same balanced-bot schedules and the same policy-sampling keys
-episode for episode (`make_rollout` derives episode i's keys from (key, i)).
+Paired design: a cell's key depends only on (seed, bot), so every combination
+meets the same spawns, the same balanced-bot schedules and the same
+policy-sampling keys episode for episode (the runner derives episode i's keys
+from (key, i)).
 
 Resume: each finished cell is written atomically to `cells/<comb>_<bot>.json`
 (episodes, that cell's LLM decisions, counters and timings) together with a
@@ -37,9 +42,12 @@ from typing import Any
 import numpy as np
 
 from jaxarena.files import write_atomic
+from jaxarena.names import NUM_TAGS
+from jaxarena.scenarios import DEFAULT_SCENARIO
 
 from .config import CELL_FORMAT, ProtocolConfig, cell_key_data, cell_name
 from .policies import policy_env_id, resolve_policy
+from .pricing import PRICING_STREAM, DecisionPricer, active_states, annotate
 
 
 def _stats_delta(after: dict, before: dict) -> dict:
@@ -90,6 +98,9 @@ class ProtocolRunner:
         self._compiled: dict[str, Any] = {}
         self._selector = None
         self._graph = None
+        self._pricer: DecisionPricer | None = None
+        self._period_hook: Callable[[float, int], None] | None = None  # O's progress: (time_s, ended episodes)
+        self._extra_post: dict[str, str] = {}
         self._llm_path: tuple[str, str] | None = None
         self.session: dict[str, float] = {"policy_load_s": 0.0, "llm_load_s": 0.0}
         self.computed: list[str] = []  # cells computed (not loaded) in this session
@@ -138,11 +149,20 @@ class ProtocolRunner:
         }
         if combination == "A":
             fp["tag"] = c.tag_a
-        else:
+        elif combination == "B":
             fp["llm"] = {k: v for k, v in self.llm_identity().items() if k != "host"}
             fp["latency_steps"] = c.latency_steps
             if self.llm_path() == "graph":  # host cells keep the fingerprint they always had
                 fp["llm_path"] = "graph"
+            if c.price_decisions:
+                fp["pricing"] = {"rollouts": c.oracle_rollouts}
+        elif combination == "F":
+            fp["tags"] = list(range(NUM_TAGS))
+        else:
+            fp["oracle"] = {"rollouts": c.oracle_rollouts}
+        # Only where it is not the paper's arena: cells stored before scenarios existed still resume.
+        if c.scenario != DEFAULT_SCENARIO:
+            fp["scenario"] = c.scenario
         return fp
 
     # -- cells on disk --
@@ -255,66 +275,109 @@ class ProtocolRunner:
         compiled program keeps calling the selector it was traced with, so
         what changes per cell is the selector's state (context, on_call),
         never the function. On the graph path it is the `GraphTagSource`,
-        whose weights are an argument of the program.
+        whose weights are an argument of the program. F's program takes the
+        held tag as an argument (`hold_tags`), so one program plays all four.
         """
         import jax
 
-        from jaxarena.llm.rollout import make_rollout
+        from jaxarena.runner import hold_tags, make_runner
 
         if combination in self._compiled:
             return self._compiled[combination], 0.0
+        c = self.config
         policy, params, _, _ = self.policy(combination)
         key = jax.numpy.asarray(cell_key_data(0, "aggressive"))
-        latency = self.config.latency_steps if combination == "B" else 0
-        if combination == "B" and self.llm_path() == "graph":
-            from jaxarena.runner import make_runner
+        latency = c.latency_steps if combination == "B" else 0
+        # Only a B run that prices its decisions keeps the states: the default B program is unchanged.
+        record = combination == "B" and c.price_decisions
 
-            # The weights go in as an argument (part of the tag source's state), not as constants.
-            graph = self.graph_source()
-            state = graph.initial_state()
-            run = make_runner(
+        def build(tag_source):
+            return make_runner(
                 env,
                 env_params,
                 policy,
-                graph.tag_fn(),
-                self.config.episodes,
+                tag_source,
+                c.episodes,
                 latency_steps=latency,
-                num_periods=self.config.num_periods,
+                num_periods=c.num_periods,
+                record_states=record,
             )
+
+        extra_args: tuple = ()
+        if combination == "B" and self.llm_path() == "graph":
+            # The weights go in as an argument (part of the tag source's state), not as constants.
+            graph = self.graph_source()
+            state = graph.initial_state()
+            run = build(graph.tag_fn())
             fn = jax.jit(lambda pp, prm, k, ts: run(pp, prm, k, 0, None, ts))
-            t = time.perf_counter()
-            program = fn.lower(params, env_params, key, state).compile()
-            compile_s = time.perf_counter() - t
-            self._compiled[combination] = lambda pp, prm, k: program(pp, prm, k, state)
-            return self._compiled[combination], compile_s
-        tag_source = self.config.tag_a if combination == "A" else self.selector().jax_fn()
-        fn = make_rollout(
-            env,
-            env_params,
-            policy,
-            tag_source,
-            self.config.episodes,
-            latency_steps=latency,
-            num_periods=self.config.num_periods,
-        )
+            extra_args = (state,)
+        elif combination == "F":
+            run = build(hold_tags)
+            fn = jax.jit(lambda pp, prm, k, tag: run(pp, prm, k, tag))
+            extra_args = (jax.numpy.int32(0),)
+        else:
+            if combination == "A":
+                source = c.tag_a
+            elif combination == "B":
+                source = self.selector().jax_fn()
+            else:
+                source = self._oracle_source(env, env_params, policy, params)
+            run = build(source)
+            fn = jax.jit(lambda pp, prm, k: run(pp, prm, k, 0))
         t = time.perf_counter()
-        compiled = fn.lower(params, env_params, key).compile()
+        program = fn.lower(params, env_params, key, *extra_args).compile()
         compile_s = time.perf_counter() - t
-        self._compiled[combination] = compiled
-        return compiled, compile_s
+        if combination == "B" and extra_args:
+            self._compiled[combination] = lambda pp, prm, k: program(pp, prm, k, *extra_args)
+        else:
+            self._compiled[combination] = program
+        return self._compiled[combination], compile_s
+
+    def _oracle_source(self, env, env_params, policy, params):
+        """Combination O's tag source, reporting each decision period to the progress bar."""
+        import jax
+
+        from jaxarena.oracle import oracle_tag_source
+        from jaxarena.runner import StateTagSource
+
+        c = self.config
+        oracle = oracle_tag_source(
+            env, env_params, policy, params, c.episodes, rollouts=c.oracle_rollouts, horizon_periods=c.num_periods
+        )
+
+        def report(time_s, done, tags):
+            if self._period_hook is not None:
+                self._period_hook(float(time_s), int(np.sum(done)))
+
+        def choose(state, prm, features, prev_tags, done, time_s, key):
+            tags = oracle(state, prm, features, prev_tags, done, time_s, key)
+            # `tags` as an argument: the report comes once the period's pricing is done.
+            jax.debug.callback(report, time_s, done, tags)
+            return tags
+
+        return StateTagSource(choose)
+
+    def pricer(self, env, env_params, policy) -> DecisionPricer:
+        if self._pricer is None:
+            c = self.config
+            self._pricer = DecisionPricer(
+                env, env_params, policy, rollouts=c.oracle_rollouts, horizon_periods=c.num_periods
+            )
+        return self._pricer
 
     def run_cell(self, combination: str, bot: str, on_progress: Callable[[int], None] = lambda n: None) -> dict:
         """Computes one cell and writes it atomically; returns it."""
         import jax
 
         import jaxarena
+        from jaxarena.runner import schedule_of
 
         c = self.config
         policy, params = self.policy(combination)[:2]
-        # B plays with tags, so its logged return includes Table 5's shaping (as B trained);
-        # A's is the team reward alone, the arena's default.
-        shaping = 1.0 if combination == "B" else 0.0
-        env, env_params = jaxarena.make(policy_env_id(policy), bot=bot, shaping_weight=shaping)
+        # B, F and O play with tags, so their logged return includes Table 5's shaping (as B
+        # trained); A's is the team reward alone, the arena's default. Outcomes do not depend on it.
+        shaping = 0.0 if combination == "A" else 1.0
+        env, env_params = jaxarena.make(policy_env_id(policy), bot=bot, shaping_weight=shaping, scenario=c.scenario)
         selector, before, n_records = None, None, 0
         if combination == "B" and self.llm_path() == "host":
             selector = self.selector()
@@ -326,14 +389,41 @@ class ProtocolRunner:
         if selector is not None:
             # The bar counts the batch's finished episodes, which each LLM call reports.
             selector.on_call = lambda stats, done: on_progress(done)
+        _, periods, period_s = schedule_of(env_params)
+        periods = c.num_periods or periods
+        if combination == "O":
+
+            def period_hook(time_s, done):
+                self._extra_post = {"O": f"period {round(time_s / period_s) + 1}/{periods}"}
+                on_progress(done)
+
+            self._period_hook = period_hook
         t = time.perf_counter()
         try:
-            result = jax.block_until_ready(compiled(params, env_params, key))
+            if combination == "F":
+                results = []
+                for tag in range(NUM_TAGS):
+                    results.append(jax.block_until_ready(compiled(params, env_params, key, jax.numpy.int32(tag))))
+                    on_progress((tag + 1) * c.episodes // NUM_TAGS)
+            else:
+                result = jax.block_until_ready(compiled(params, env_params, key))
         finally:
             if selector is not None:
                 selector.on_call = None
+            self._period_hook, self._extra_post = None, {}
         wall = time.perf_counter() - t
         episode_keys = np.asarray(jax.random.split(key, c.episodes))
+
+        def episodes(r) -> dict:
+            return {
+                "episode_key": [f"{int(k[0]):08x}{int(k[1]):08x}" for k in episode_keys],
+                "outcome": np.asarray(r.outcome).astype(int).tolist(),
+                "duration_s": [round(float(x), 4) for x in np.asarray(r.duration_s)],
+                "damage_dealt": [round(float(x), 3) for x in np.asarray(r.damage_dealt)],
+                "damage_taken": [round(float(x), 3) for x in np.asarray(r.damage_taken)],
+                "team_return": [round(float(x), 5) for x in np.asarray(r.team_return)],
+                "tag_steps": np.asarray(r.tag_steps).astype(int).tolist(),
+            }
 
         cell = {
             "format": CELL_FORMAT,
@@ -341,19 +431,21 @@ class ProtocolRunner:
             "bot": bot,
             "fingerprint": self.fingerprint(combination),
             "key": [int(x) for x in np.asarray(key)],
-            "episodes": {
-                "episode_key": [f"{int(k[0]):08x}{int(k[1]):08x}" for k in episode_keys],
-                "outcome": np.asarray(result.outcome).astype(int).tolist(),
-                "duration_s": [round(float(x), 4) for x in np.asarray(result.duration_s)],
-                "damage_dealt": [round(float(x), 3) for x in np.asarray(result.damage_dealt)],
-                "damage_taken": [round(float(x), 3) for x in np.asarray(result.damage_taken)],
-                "team_return": [round(float(x), 5) for x in np.asarray(result.team_return)],
-                "tag_steps": np.asarray(result.tag_steps).astype(int).tolist(),
-            },
-            "decisions": [],
-            "llm": None,
-            "timing": {"compile_s": compile_s, "wall_s": wall, "llm_s": 0.0, "simulation_s": wall},
         }
+        if combination == "F":
+            # One episode set per held tag, all on the cell's (paired) key.
+            cell["episodes_by_tag"] = [episodes(r) for r in results]
+        else:
+            cell["episodes"] = episodes(result)
+        cell.update(
+            {
+                "decisions": [],
+                "llm": None,
+                "timing": {"compile_s": compile_s, "wall_s": wall, "llm_s": 0.0, "simulation_s": wall},
+            }
+        )
+        if combination == "O":
+            cell["timing"]["oracle"] = "in the simulation"
         if combination == "B" and selector is None:
             # The LLM ran inside the rollout: its time is part of `simulation_s`.
             graph = self.graph_source()
@@ -368,9 +460,38 @@ class ProtocolRunner:
             cell["llm"] = delta
             cell["timing"]["llm_s"] = delta["host_seconds"]
             cell["timing"]["simulation_s"] = max(0.0, wall - delta["host_seconds"])
+        if combination == "B" and c.price_decisions:
+            cell["decisions"], cell["timing"]["pricing"] = self._price(
+                result, cell["decisions"], env, env_params, policy, params, key, period_s, on_progress
+            )
         write_atomic(self.cell_path(combination, bot), json.dumps(cell))
         self.computed.append(cell_name(combination, bot))
         return cell
+
+    def _price(self, result, decisions, env, env_params, policy, params, key, period_s, on_progress):
+        """B's decision records with the oracle's verdict, and the pricing's timings."""
+        import jax
+
+        states, periods, episodes = active_states(result)
+        timing = {"states": int(periods.size), "rollouts": self.config.oracle_rollouts, "compile_s": 0.0, "wall_s": 0.0}
+        if periods.size == 0:
+            return decisions, timing
+        pricer = self.pricer(env, env_params, policy)
+
+        def progress(done, total):
+            self._extra_post = {"pricing": f"{done}/{total} states"}
+            on_progress(self.config.episodes)
+
+        t = time.perf_counter()
+        try:
+            values = pricer.price(params, env_params, states, jax.random.fold_in(key, PRICING_STREAM), progress)
+            values = jax.block_until_ready(values)
+        finally:
+            self._extra_post = {}
+        # The pricer compiles on its first batch: report that apart from the pricing itself.
+        timing["compile_s"], pricer.compile_s = pricer.compile_s, 0.0
+        timing["wall_s"] = time.perf_counter() - t - timing["compile_s"]
+        return annotate(decisions, values, periods, episodes, period_s), timing
 
     def run(self) -> dict[str, dict]:
         """All cells of the config, loaded or computed, by name in run order."""
@@ -437,5 +558,6 @@ class ProtocolRunner:
             s = self._selector.stats
             # calls: batched selector calls (one per period per cell); sent: prompts that reached the LLM
             post.update(llm_calls=s.calls, sent=s.llm_requests, cache_hits=s.cache_hits, fallbacks=s.fallback_total)
+        post.update(self._extra_post)  # O's period, or B's pricing
         bar.set_postfix(post, refresh=False)
         bar.refresh()

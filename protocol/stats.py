@@ -176,3 +176,46 @@ def choice_probabilities(probs: Sequence[Sequence[float]], num_tags: int = names
         "entropy_bits": float(entropy.mean()),
         "top1": [int(x) for x in top1],
     }
+
+
+def paired_bootstrap_diff(
+    a: Sequence[float], b: Sequence[float], *, n_boot: int = 10_000, level: float = 0.95, seed: int = 0
+) -> tuple[float, float, float]:
+    """mean(a - b) of paired samples and its percentile bootstrap CI: (diff, low, high).
+
+    Episode i of two cells of a bot shares its key (the paired design), so the
+    pairs are resampled together: the CI reflects that both see the same spawns.
+    """
+    x = np.asarray(a, dtype=np.float64)
+    y = np.asarray(b, dtype=np.float64)
+    if x.shape != y.shape or x.ndim != 1 or x.size == 0:
+        raise ValueError(f"paired samples need equal non-empty 1-d shapes, got {x.shape} and {y.shape}")
+    d = x - y
+    rng = np.random.default_rng(seed)
+    means = d[rng.integers(0, d.size, size=(n_boot, d.size))].mean(axis=1)
+    lo, hi = np.quantile(means, [(1 - level) / 2, 1 - (1 - level) / 2])
+    return float(d.mean()), float(lo), float(hi)
+
+
+def cluster_bootstrap_mean(
+    values: Sequence[float], clusters: Sequence[int], *, n_boot: int = 10_000, level: float = 0.95, seed: int = 0
+) -> tuple[float, float, float]:
+    """Mean of `values` and a percentile CI from resampling whole clusters: (mean, low, high).
+
+    The decisions of one episode are not independent (one trajectory), so the
+    episodes, not the decisions, are resampled; each resample's mean is over
+    every decision of the drawn episodes.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    c = np.asarray(clusters)
+    if v.shape != c.shape or v.ndim != 1 or v.size == 0:
+        raise ValueError(f"values {v.shape} and clusters {c.shape} must be equal non-empty 1-d shapes")
+    ids, inverse = np.unique(c, return_inverse=True)
+    sums = np.bincount(inverse, weights=v, minlength=ids.size)
+    sizes = np.bincount(inverse, minlength=ids.size).astype(np.float64)
+    rng = np.random.default_rng(seed)
+    # How often each episode is drawn in each resample (a multinomial draw is index resampling).
+    counts = rng.multinomial(ids.size, np.full(ids.size, 1.0 / ids.size), size=n_boot)
+    means = (counts @ sums) / (counts @ sizes)
+    lo, hi = np.quantile(means, [(1 - level) / 2, 1 - (1 - level) / 2])
+    return float(v.mean()), float(lo), float(hi)

@@ -16,11 +16,13 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+
 from jaxarena.files import write_atomic
-from jaxarena.names import DECISION_PERIOD_S, DT, EPISODE_S, FALLBACK_REASONS, NUM_TAGS
+from jaxarena.names import DECISION_PERIOD_S, DT, EPISODE_S, FALLBACK_REASONS, NPC_WIN, NUM_TAGS, TAG_NAMES
 
 from . import stats
-from .config import ProtocolConfig
+from .config import ProtocolConfig, episode_sets
 from .figures import make_figures
 from .tables import PAPER_TABLE6, PAPER_TABLE7, PAPER_TABLE8, PAPER_TABLE9, render_report
 
@@ -46,29 +48,36 @@ def episode_rows(cells: dict[str, dict], seed: int) -> list[dict]:
     """One row per episode, in cell order then episode order (the episodes.csv rows)."""
     rows = []
     for cell in cells.values():
-        e = cell["episodes"]
         per_episode = Counter(d["episode"] for d in cell["decisions"])
         fallbacks = Counter(d["episode"] for d in cell["decisions"] if d.get("fallback"))
-        for i, outcome in enumerate(e["outcome"]):
-            steps = e["tag_steps"][i]
-            rows.append(
-                {
-                    "combination": cell["combination"],
-                    "bot": cell["bot"],
-                    "episode": i,
-                    "seed": seed,
-                    "episode_key": e["episode_key"][i],
-                    "outcome": outcome,
-                    "outcome_name": stats.OUTCOME_NAMES[outcome],
-                    "duration_s": e["duration_s"][i],
-                    "damage_dealt": e["damage_dealt"][i],
-                    "damage_taken": e["damage_taken"][i],
-                    "team_return": e["team_return"][i],
-                    **{f"steps_tag{t}": steps[t] for t in range(NUM_TAGS)},
-                    "decisions": per_episode.get(i, 0),
-                    "fallbacks": fallbacks.get(i, 0),
-                }
-            )
+        for label, e in episode_sets(cell):
+            rows.extend(_rows(label, cell["bot"], e, seed, per_episode, fallbacks))
+    return rows
+
+
+def _rows(label: str, bot: str, e: dict, seed: int, per_episode: Counter, fallbacks: Counter) -> list[dict]:
+    """The rows of one episode set: a cell's, or one of F's held tags (labelled "F0".."F3")."""
+    rows = []
+    for i, outcome in enumerate(e["outcome"]):
+        steps = e["tag_steps"][i]
+        rows.append(
+            {
+                "combination": label,
+                "bot": bot,
+                "episode": i,
+                "seed": seed,
+                "episode_key": e["episode_key"][i],
+                "outcome": outcome,
+                "outcome_name": stats.OUTCOME_NAMES[outcome],
+                "duration_s": e["duration_s"][i],
+                "damage_dealt": e["damage_dealt"][i],
+                "damage_taken": e["damage_taken"][i],
+                "team_return": e["team_return"][i],
+                **{f"steps_tag{t}": steps[t] for t in range(NUM_TAGS)},
+                "decisions": per_episode.get(i, 0),
+                "fallbacks": fallbacks.get(i, 0),
+            }
+        )
     return rows
 
 
@@ -124,13 +133,12 @@ def summarize(cells: dict[str, dict], config: ProtocolConfig, meta: dict) -> dic
         by[cell["combination"]][cell["bot"]] = cell
 
     descriptive: dict = {}
-    for comb, per_bot in by.items():
-        descriptive[comb] = {}
+    for per_bot in by.values():
         for bot, cell in per_bot.items():
-            e = cell["episodes"]
-            row = stats.describe(e["duration_s"], e["outcome"])
-            row["ci95"] = stats.outcome_cis(e["outcome"], n_boot=config.n_boot, seed=config.seed)
-            descriptive[comb][bot] = row
+            for label, e in episode_sets(cell):
+                row = stats.describe(e["duration_s"], e["outcome"])
+                row["ci95"] = stats.outcome_cis(e["outcome"], n_boot=config.n_boot, seed=config.seed)
+                descriptive.setdefault(label, {})[bot] = row
 
     mann_whitney = {}
     for bot in config.bots:
@@ -170,6 +178,10 @@ def summarize(cells: dict[str, dict], config: ProtocolConfig, meta: dict) -> dic
     timing_keys = ("compile_s", "simulation_s", "llm_s", "wall_s")
     timings = {f"cells_{k}": sum(c["timing"][k] for c in cells.values()) for k in timing_keys}
     timings["per_cell"] = {name: c["timing"] for name, c in cells.items()}
+    priced = [c["timing"]["pricing"] for c in cells.values() if "pricing" in c["timing"]]
+    if priced:
+        timings["cells_pricing_s"] = sum(p["wall_s"] for p in priced)
+        timings["cells_pricing_compile_s"] = sum(p["compile_s"] for p in priced)
     timings.update(meta.get("session", {}))
 
     return {
@@ -201,7 +213,67 @@ def summarize(cells: dict[str, dict], config: ProtocolConfig, meta: dict) -> dic
         "fallbacks": fallbacks,
         "llm_counters": llm_counters,
         "timings": timings,
+        **({"oracle": oracle_summary(by, descriptive, config)} if uses_oracle(config) else {}),
         "paper": {"table6": PAPER_TABLE6, "table7": PAPER_TABLE7, "table8": PAPER_TABLE8, "table9": PAPER_TABLE9},
+    }
+
+
+def uses_oracle(config: ProtocolConfig) -> bool:
+    """Whether a run has anything for the oracle section (F, O or priced B decisions)."""
+    return bool({"F", "O"} & set(config.combinations)) or config.price_decisions
+
+
+def _win(row: dict) -> dict:
+    return {"win_pct": row["npc_win_pct"], "ci95": list(row["ci95"]["npc_win"]), "n": row["n"]}
+
+
+def oracle_summary(by: dict, descriptive: dict, config: ProtocolConfig) -> dict:
+    """Per bot: A, B, the best fixed tag and O (squad win % with its CI), O's headroom over the
+    best fixed tag, and the LLM's regret and agreement with the oracle, where the run has them."""
+    seed, n_boot = config.seed, config.n_boot
+    by_bot = {}
+    for bot in config.bots:
+        row: dict = {}
+        for comb in ("A", "B", "O"):
+            if bot in descriptive.get(comb, {}):
+                row[comb] = _win(descriptive[comb][bot])
+        f_cell = by.get("F", {}).get(bot)
+        if f_cell is not None:
+            rates = [descriptive[f"F{t}"][bot]["npc_win_pct"] for t in range(NUM_TAGS)]
+            best = int(np.argmax(rates))  # ties: the lower tag number
+            row["best_fixed"] = {"tag": best, "name": TAG_NAMES[best], **_win(descriptive[f"F{best}"][bot])}
+            row["fixed_win_pct"] = rates
+        o_cell = by.get("O", {}).get(bot)
+        if o_cell is not None and f_cell is not None:
+            o_won = np.asarray(o_cell["episodes"]["outcome"]) == NPC_WIN
+            f_won = np.asarray(f_cell["episodes_by_tag"][row["best_fixed"]["tag"]]["outcome"]) == NPC_WIN
+            diff, lo, hi = stats.paired_bootstrap_diff(o_won, f_won, n_boot=n_boot, seed=seed)
+            row["headroom"] = {"pct_points": 100 * diff, "ci95": [100 * lo, 100 * hi]}
+        b_cell = by.get("B", {}).get(bot)
+        priced = [d for d in b_cell["decisions"] if "regret" in d] if b_cell is not None else []
+        if priced:
+            episodes = [d["episode"] for d in priced]
+            regret = stats.cluster_bootstrap_mean([d["regret"] for d in priced], episodes, n_boot=n_boot, seed=seed)
+            agrees = stats.cluster_bootstrap_mean(
+                [float(d["agrees"]) for d in priced], episodes, n_boot=n_boot, seed=seed + 1
+            )
+            row["llm"] = {
+                "decisions": len(priced),
+                "mean_regret": regret[0],
+                "regret_ci95": list(regret[1:]),
+                "agreement_pct": 100 * agrees[0],
+                "agreement_ci95": [100 * x for x in agrees[1:]],
+            }
+        by_bot[bot] = row
+    return {
+        "scenario": config.scenario,
+        "rollouts": config.oracle_rollouts,
+        "win": "squad (NPC) win %, with its percentile-bootstrap 95% CI (as in Tables 6-7)",
+        "best_fixed": "the F tag with the highest win % on these episodes (ties: the lower tag number)",
+        "headroom": "O minus the best fixed tag, in percentage points; 95% CI from a paired bootstrap over episodes",
+        "regret": "Q(best) - Q(chosen) in win probability, K playouts per tag; mean over B's decisions, 95% CI "
+        "from a bootstrap over episodes (agreement likewise)",
+        "by_bot": by_bot,
     }
 
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from jaxarena.names import BOT_TYPES, EPISODE_S, FALLBACK_REASONS, NUM_TAGS, TAG_NAMES
+from jaxarena.scenarios import DEFAULT_SCENARIO
 
 # The paper's numbers (n = 100 per bot type), for reference in the report.
 # Columns: mean, median, std (s), NPC win %, bot win %, timeout %.
@@ -188,9 +189,82 @@ def _tag_tables(tags: dict, fb: dict) -> list[str]:
     return lines
 
 
+def _rate(entry: dict | None) -> str:
+    """ "12.0% (5.0–19.0)": a win % and its 95% CI, or a dash where the run has no such cell."""
+    if not entry:
+        return "—"
+    lo, hi = entry["ci95"]
+    return f"{entry['win_pct']:.1f}% ({lo:.1f}–{hi:.1f})"
+
+
+def _oracle_table(oracle: dict) -> list[str]:
+    """Per bot: A, B, the best fixed tag and O (squad win % with 95% CI), O's headroom over the best
+    fixed tag, and the LLM's regret and agreement with the oracle; then each fixed tag's win %."""
+    k = oracle["rollouts"]
+    lines = [
+        f"### Headroom. Oracle (O) vs fixed tags (F) and the LLM (B) — scenario `{oracle['scenario']}`, K = {k}",
+        "",
+        "| Bot | A | B (LLM) | Best fixed tag | Best fixed | O (oracle) | Headroom O − best F (pp) "
+        "| LLM mean regret | LLM agrees with O |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for bot in BOT_TYPES:
+        if bot not in oracle["by_bot"]:
+            continue
+        r = oracle["by_bot"][bot]
+        best = r.get("best_fixed")
+        head = r.get("headroom")
+        llm = r.get("llm")
+        lines.append(
+            _row(
+                bot.capitalize(),
+                _rate(r.get("A")),
+                _rate(r.get("B")),
+                f"{best['tag']} {best['name']}" if best else "—",
+                _rate(best),
+                _rate(r.get("O")),
+                f"{head['pct_points']:+.1f} ({head['ci95'][0]:+.1f}–{head['ci95'][1]:+.1f})" if head else "—",
+                f"{llm['mean_regret']:.3f} ({llm['regret_ci95'][0]:.3f}–{llm['regret_ci95'][1]:.3f})" if llm else "—",
+                f"{llm['agreement_pct']:.1f}% ({llm['agreement_ci95'][0]:.1f}–{llm['agreement_ci95'][1]:.1f}), "
+                f"n={llm['decisions']}"
+                if llm
+                else "—",
+            )
+        )
+    lines += [
+        "",
+        (
+            "Win % is the squad's (NPC) win rate with its 95% bootstrap CI. F: B's policy with one tag held "
+            "all episode, on the same paired episodes; the best fixed tag is picked on these episodes, which "
+            "flatters it, so the headroom is conservative. O picks, at every 5 s boundary, the tag with the "
+            f"highest win rate over K = {k} playouts per tag with B's policy (ties: the higher mean return): it "
+            "sees the full state and simulates the future: an upper bound on what a tag selector can gain, not "
+            "a player (one-step planning on noisy estimates, so by chance it can score below the best fixed "
+            "tag). Headroom CI: paired bootstrap over episodes. Regret: Q(best) − Q(chosen) in win "
+            "probability for each of B's decisions (K playouts per tag; estimation noise makes it ≥ 0 even "
+            "where every tag is equal, so small values mean little); agreement: the LLM's tag is one of the "
+            "oracle's best. Both CIs: bootstrap over episodes."
+        ),
+        "",
+    ]
+    fixed = [(bot, oracle["by_bot"][bot].get("fixed_win_pct")) for bot in BOT_TYPES if bot in oracle["by_bot"]]
+    fixed = [(bot, rates) for bot, rates in fixed if rates]
+    if fixed:
+        lines += [
+            "Win % of each fixed tag (F):",
+            "",
+            _row("Bot", *(f"{t} {name}" for t, name in enumerate(TAG_NAMES))),
+            "|---|" + "---:|" * NUM_TAGS,
+        ]
+        lines += [_row(bot.capitalize(), *(f"{x:.1f}%" for x in rates)) for bot, rates in fixed]
+        lines.append("")
+    return lines
+
+
 def render_report(summary: dict, figures: Sequence[str] = ()) -> str:
     """report.md: Tables 6-9 in the paper's layout, ours beside the paper's, then figures and set-up."""
     cfg = summary["config"]
+    scenario = cfg.get("scenario", DEFAULT_SCENARIO)
     d = summary["descriptive"]
     llm = summary.get("llm")
     lines = [
@@ -204,6 +278,7 @@ def render_report(summary: dict, figures: Sequence[str] = ()) -> str:
             f"Time-to-defeat is the episode length in seconds (timeouts count as {EPISODE_S:g} s). "
             "The paper's numbers (Unity, n = 100) are printed under ours for reference; "
             "they come from a different simulator and policies, so agreement is not expected."
+            + (f" Scenario: `{scenario}` (not the paper's arena)." if scenario != DEFAULT_SCENARIO else "")
         ),
         "",
     ]
@@ -215,6 +290,8 @@ def render_report(summary: dict, figures: Sequence[str] = ()) -> str:
         lines += _mann_whitney_table(summary["mann_whitney"])
     if summary["tags"]["overall"]["total"] or "B" in d:
         lines += _tag_tables(summary["tags"], summary["fallbacks"])
+    if summary.get("oracle"):
+        lines += _oracle_table(summary["oracle"])
     if figures:
         lines += ["## Figures", ""] + [f"![{Path(f).stem}]({Path(f).name})" for f in figures] + [""]
     tm = summary["timings"]
@@ -233,6 +310,14 @@ def render_report(summary: dict, figures: Sequence[str] = ()) -> str:
             + (" (the LLM ran inside the rollout: its time is in the simulation's)." if in_graph else ".")
         ),
         *([f"- LLM path: {tm['llm_path']} ({tm.get('llm_path_reason', '')})."] if tm.get("llm_path") else []),
+        *(
+            [
+                f"- Pricing B's decisions with the oracle: {tm['cells_pricing_s']:.1f} s "
+                f"(+ {tm['cells_pricing_compile_s']:.1f} s compile), not in the simulation time."
+            ]
+            if "cells_pricing_s" in tm
+            else []
+        ),
         (
             f"- LLM: {lc.get('calls', 0)} batched calls, {lc.get('decisions', 0)} decisions, "
             f"{lc.get('distinct_prompts', 0)} distinct prompts, {lc.get('llm_requests', 0)} sent to the model, "

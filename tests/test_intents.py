@@ -8,9 +8,9 @@ import pytest
 from conftest import build_state
 
 import jaxarena
-from jaxarena.intents import INTENTS, MEASURES, episode_measures, tick_measures
+from jaxarena.intents import INTENTS, MEASURES, coverage, episode_measures, tick_measures
 from jaxarena.policies import focus_fire_policy
-from jaxarena.rewards import INTENT_SCALE, coverage, intent_shaping, shaping
+from jaxarena.rewards import INTENT_SCALE, SPACING_GAIN, angular_gap, intent_shaping, shaping
 from jaxarena.runner import make_runner
 
 BOT = np.array([15.0, 15.0], np.float32)
@@ -29,11 +29,21 @@ def test_coverage_is_one_evenly_around_and_near_zero_on_one_side():
     even = coverage(jnp.asarray(ring(3.0, [0, 72, 144, 216, 288])), jnp.asarray(BOT), ALL_ALIVE)
     side = coverage(jnp.asarray(ring(3.0, [-4, -2, 0, 2, 4])), jnp.asarray(BOT), ALL_ALIVE)
     assert float(even) == pytest.approx(1.0, abs=1e-5)
-    assert float(side) < 0.01
+    assert float(side) == pytest.approx(8 / 288, abs=1e-4)  # the ring spans 8 of 360 degrees
     # Dead NPCs do not count: the two living ones opposite each other cover fully.
     alive = jnp.array([True, False, False, True, False])
     assert float(coverage(jnp.asarray(ring(3.0, [0, 10, 20, 180, 30])), jnp.asarray(BOT), alive)) == pytest.approx(1.0)
     assert float(coverage(jnp.asarray(ring(3.0, [0] * 5)), jnp.asarray(BOT), jnp.zeros(5, bool))) == 0.0
+    # Two flanking groups (3 and 2 NPCs at +-90 deg) leave a 180 deg way out: partly closed.
+    flanks = coverage(jnp.asarray(ring(3.0, [85, 90, 95, -88, -92])), jnp.asarray(BOT), ALL_ALIVE)
+    assert 0.55 < float(flanks) < 0.7
+
+
+def test_angular_gap_rewards_each_npc_for_its_own_spacing():
+    even = angular_gap(jnp.asarray(ring(3.0, [0, 72, 144, 216, 288])), jnp.asarray(BOT), ALL_ALIVE)
+    pairs = angular_gap(jnp.asarray(ring(3.0, [0, 5, 120, 125, 240])), jnp.asarray(BOT), ALL_ALIVE)
+    np.testing.assert_allclose(even, 1.0, atol=1e-5)
+    np.testing.assert_allclose(pairs, [5 / 72, 5 / 72, 5 / 72, 5 / 72, 1.0], rtol=1e-3)
 
 
 def test_tick_measures_on_a_hand_built_state():
@@ -69,7 +79,9 @@ def test_intent_surround_and_flank_pay_only_when_engaged():
     # Table 5's Surround term pays the same NPCs at 20 u: the bug this recipe removes.
     assert float(shaping(0, far, bot, FACING_EAST, params).sum()) > 0.0
     # Surround pays the spread squad fully, Flank only its NPCs in the lateral arcs (72 and 288 deg).
-    np.testing.assert_allclose(intent_shaping(0, near, bot, FACING_EAST, ALL_ALIVE, params), INTENT_SCALE, rtol=1e-4)
+    np.testing.assert_allclose(
+        intent_shaping(0, near, bot, FACING_EAST, ALL_ALIVE, params), SPACING_GAIN * INTENT_SCALE, rtol=1e-4
+    )
     np.testing.assert_allclose(intent_shaping(2, near, bot, FACING_EAST, ALL_ALIVE, params) > 0, [0, 1, 0, 0, 1])
     # Retreat: +scale at 8 u or more, -scale inside.
     np.testing.assert_allclose(intent_shaping(3, far, bot, FACING_EAST, ALL_ALIVE, params), INTENT_SCALE)
