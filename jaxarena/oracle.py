@@ -59,10 +59,13 @@ class TagValues:
         return _pick(self.win, self.best) - _pick(self.win, jnp.asarray(chosen, jnp.int32))
 
     def agrees(self, chosen: jax.Array) -> jax.Array:
-        """Whether `chosen` is one of the best tags (same win and return as the best; ties count)."""
-        chosen = jnp.asarray(chosen, jnp.int32)
-        same_win = _pick(self.win, chosen) == _pick(self.win, self.best)
-        return same_win & (_pick(self.ret, chosen) == _pick(self.ret, self.best))
+        """Whether `chosen` wins as often as the best tag (zero regret).
+
+        Ties on the win rate count as agreement: the return that breaks them
+        for `best` differs between tags by playout noise alone where every tag
+        wins (or none does), which is common.
+        """
+        return self.regret(chosen) <= 0.0
 
     def win_ci(self, z: float = 1.96) -> tuple[np.ndarray, np.ndarray]:
         """Wilson interval of each win probability, (low, high), each (M, 4)."""
@@ -102,7 +105,6 @@ def make_pricer(
     *,
     rollouts: int = 16,
     horizon_periods: int | None = None,
-    latency_steps: int = 0,
 ) -> Callable[[Any, EnvParams, EnvState, jax.Array], TagValues]:
     """Builds a jitted `price(policy_params, env_params, states, key) -> TagValues`.
 
@@ -111,7 +113,8 @@ def make_pricer(
     its own clock), so one batch may mix states from different periods. A
     state whose episode is already over is worth its outcome under every tag.
     Episode lengths are read from `env_params` here; `price` may get other
-    params of the same shapes (another bot) without recompiling.
+    params of the same shapes (another bot) without recompiling. A branched
+    tag acts from the first tick: a reply latency is not modelled.
     """
     if rollouts < 1:
         raise ValueError(f"rollouts must be >= 1, got {rollouts}")
@@ -124,7 +127,6 @@ def make_pricer(
         policy,
         hold_tags,
         lanes,
-        latency_steps=latency_steps,
         num_periods=horizon_periods,
     )
     tags = jnp.tile(jnp.repeat(jnp.arange(NUM_TAGS, dtype=jnp.int32), rollouts), num_states)

@@ -69,7 +69,7 @@ def angular_gap(npc_pos: jax.Array, bot_pos: jax.Array, alive: jax.Array) -> jax
     angle = jnp.arccos(jnp.clip(unit @ unit.T, -1.0, 1.0))
     others = alive[None, :] & ~jnp.eye(alive.shape[0], dtype=bool)
     nearest = jnp.min(jnp.where(others, angle, jnp.pi), axis=1)
-    spacing = 2.0 * jnp.pi / jnp.maximum(jnp.sum(alive), 1)
+    spacing = 2.0 * jnp.pi / jnp.maximum(jnp.sum(alive), 2)  # a lone NPC: pi / pi = 1
     return jnp.minimum(nearest / spacing, 1.0)
 
 
@@ -99,7 +99,9 @@ def intent_shaping(
     """
     d = norm(npc_pos - bot_pos)
     engaged = jnp.clip((ENGAGE_FAR - d) / (ENGAGE_FAR - ENGAGE_NEAR), 0.0, 1.0)
-    in_reach = jnp.clip((ENGAGE_FAR - d) / (ENGAGE_FAR - params.npc_melee_range), 0.0, 1.0)
+    # A melee range at or beyond ENGAGE_FAR (allowed by `make`) must not divide by zero.
+    reach_span = jnp.maximum(ENGAGE_FAR - params.npc_melee_range, 1e-3)
+    in_reach = jnp.clip((ENGAGE_FAR - d) / reach_span, 0.0, 1.0)
     cos, _ = bearing_cos_sin(npc_pos, bot_pos, bot_facing)
     closeness = 1.0 - d / arena_diagonal(params)
     terms = jnp.stack(

@@ -273,7 +273,6 @@ def make_runner(
         raise ValueError(f"latency_steps must be in [0, {steps_per_period}), got {latency_steps}")
     tag_fn = as_tag_fn(tag_source)
     accumulators = dict(accumulators or {})
-    dt = float(np.asarray(env_params.dt))
     n = num_episodes
     # Actions are checked as `env.step` checks them (shape (5,), integers), with its error messages.
     batched_policy = jax.vmap(lambda p, o, k: checked_actions(policy(p, o, k)), in_axes=(None, 0, 0))
@@ -330,9 +329,7 @@ def make_runner(
                 "state": next_state,
                 "finished": carry["finished"] | done,
                 "outcome": jnp.where(ended_now, jax.vmap(outcome_of)(next_state), carry["outcome"]),
-                "duration_s": jnp.where(
-                    ended_now, episode_time, jnp.where(running, (step_index + 1) * dt, carry["duration_s"])
-                ),
+                "duration_s": jnp.where(ended_now, episode_time, jnp.where(running, episode_time, carry["duration_s"])),
                 "team_return": carry["team_return"] + jnp.where(running, reward.mean(axis=-1), 0.0),
                 "damage_dealt": carry["damage_dealt"] + jnp.where(running, info["damage_dealt"].sum(-1), 0.0),
                 "damage_taken": carry["damage_taken"] + jnp.where(running, info["damage_taken"].sum(-1), 0.0),

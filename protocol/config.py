@@ -125,7 +125,8 @@ class ProtocolConfig:
 
         What the default run id hashes: a configuration that does not use the
         oracle or another scenario keeps the run id it had before they existed,
-        so re-running an old command still resumes its run.
+        so re-running an old command finds its run (cells of an older
+        `CELL_FORMAT` are then refused, with a message naming the format).
         """
         d = self.as_dict()
         for name, default in (

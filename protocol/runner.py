@@ -175,6 +175,12 @@ class ProtocolRunner:
         if not path.exists():
             return None
         cell = json.loads(path.read_text(encoding="utf-8"))
+        stored_format = (cell.get("fingerprint") or {}).get("format")
+        if stored_format != CELL_FORMAT:
+            raise RuntimeError(
+                f"{path} was written by another jaxarena release (cell format {stored_format}, this one writes "
+                f"{CELL_FORMAT}); use --fresh to recompute the run, or another --run-id"
+            )
         if cell.get("fingerprint") != self.fingerprint(combination):
             raise RuntimeError(
                 f"{path} was produced by a different configuration "
@@ -245,13 +251,20 @@ class ProtocolRunner:
                     return True
         return False
 
+    def prompt_limits(self) -> dict[str, float]:
+        """The HP maxima the prompt prints ("Enemy bot HP: 245/300"): the scenario's, not the paper's."""
+        import jaxarena
+
+        params = jaxarena.make("Arena-v0", scenario=self.config.scenario)[1]
+        return {"bot_max_hp": float(params.bot_hp), "npc_max_hp": float(params.npc_hp)}
+
     def graph_source(self):
         """The in-graph tag source (`jaxarena.llm.graph_tags.GraphTagSource`) of the backend's model."""
         if self._graph is None:
             from jaxarena.llm.graph_tags import GraphTagSource
 
             t = time.perf_counter()
-            self._graph = GraphTagSource.from_backend(self.backend())
+            self._graph = GraphTagSource.from_backend(self.backend(), **self.prompt_limits())
             self.session["llm_load_s"] += time.perf_counter() - t
         return self._graph
 
@@ -265,7 +278,9 @@ class ProtocolRunner:
             if hasattr(backend, "load"):
                 backend.load()  # weights + tokenizer; compiling happens on first use (LLM time)
             self.session["llm_load_s"] += time.perf_counter() - t
-            self._selector = TagSelector(backend, cache=self.cache_path is not None, cache_path=self.cache_path)
+            self._selector = TagSelector(
+                backend, cache=self.cache_path is not None, cache_path=self.cache_path, **self.prompt_limits()
+            )
         return self._selector
 
     def _rollout(self, combination: str, env, env_params) -> tuple[Any, float]:

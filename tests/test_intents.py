@@ -44,6 +44,8 @@ def test_angular_gap_rewards_each_npc_for_its_own_spacing():
     pairs = angular_gap(jnp.asarray(ring(3.0, [0, 5, 120, 125, 240])), jnp.asarray(BOT), ALL_ALIVE)
     np.testing.assert_allclose(even, 1.0, atol=1e-5)
     np.testing.assert_allclose(pairs, [5 / 72, 5 / 72, 5 / 72, 5 / 72, 1.0], rtol=1e-3)
+    lone = angular_gap(jnp.asarray(ring(3.0, [0, 5, 10, 15, 20])), jnp.asarray(BOT), jnp.array([1, 0, 0, 0, 0], bool))
+    assert float(lone[0]) == 1.0  # the last survivor is as spread out as it can be
 
 
 def test_tick_measures_on_a_hand_built_state():

@@ -124,7 +124,7 @@ def test_load_policy_jitted_single_and_batched(tiny, tmp_path):
 
 
 def test_tiny_training_run_learns():
-    """A seeded ~60k-step Combination A run vs the aggressive bot: the return rises.
+    """A seeded ~100k-step Combination A run vs the aggressive bot: the return rises.
 
     The same 64 seeded evaluation episodes are played by the initial and the
     trained policy: the trained squad wins more and kills sooner (the undiscounted
@@ -136,7 +136,7 @@ def test_tiny_training_run_learns():
         bots=("aggressive",),
         num_envs=32,
         num_steps=128,
-        total_timesteps=32 * 128 * 15,
+        total_timesteps=32 * 128 * 25,
         update_epochs=4,
         num_minibatches=4,
         hidden=32,

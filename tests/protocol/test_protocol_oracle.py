@@ -18,7 +18,6 @@ import pytest
 from jaxarena.names import NPC_WIN, NUM_TAGS
 from jaxarena.protocol import ProtocolConfig, evaluate, stats
 from jaxarena.protocol.cli import build_parser, config_from_args, default_run_id
-from jaxarena.protocol.config import CELL_FORMAT
 from jaxarena.protocol.runner import ProtocolRunner
 
 K = 2
@@ -189,7 +188,7 @@ def test_default_run_id_and_fingerprints_of_a_and_b_are_unchanged(tmp_path):
     config = ProtocolConfig()
     assert default_run_id(config) == "embedded-n100-seed0-b687561c"
     runner = ProtocolRunner(config, tmp_path, progress=False)
-    base = {"format": CELL_FORMAT, "episodes": 100, "seed": 0, "greedy": False, "num_periods": None}
+    base = {"format": 2, "episodes": 100, "seed": 0, "greedy": False, "num_periods": None}
     assert runner.fingerprint("A") == {**base, "policy": runner.policy("A")[2], "tag": 0}
     llm = {k: v for k, v in runner.llm_identity().items() if k != "host"}
     assert runner.fingerprint("B") == {**base, "policy": runner.policy("B")[2], "llm": llm, "latency_steps": 0}
