@@ -311,3 +311,13 @@ def test_the_protocol_on_both_paths_writes_the_same_records(tmp_path):
     # The cache is now warm for this model: auto picks the host path, and says why.
     auto = evaluate(config("auto"), tmp_path, "a", cache_path=cache, progress=False, figures=False)
     assert auto["llm"]["path"] == "host" and "cache" in auto["llm"]["path_reason"]
+
+
+def test_a_scenarios_hp_maxima_size_the_number_slots(source):
+    """`headroom`'s bot has 1,500 HP: the line must read "1500/1500" on both paths, never clamp at 999."""
+    lines = StateLineTokens(source.generator.tokenizer.encode, source.lines._host_ids, bot_max_hp=1500.0)
+    states = np.asarray([[1500, 60, 5, 1, 3.0], [999.6, 41, 4, 0, 12.3], [1234.4, 0, 0, 0, 0.0]], np.float32)
+    tokens, n_pad = jax.jit(lines.tokens)(jnp.asarray(states))
+    for row, feats in enumerate(states):
+        assert np.asarray(tokens)[row, int(n_pad[row]) :].tolist() == lines.host_suffix(feats.tolist())[1]
+    assert "Enemy bot HP: 1500/1500." in build_prompt(*states[0].tolist(), bot_max_hp=1500.0).user

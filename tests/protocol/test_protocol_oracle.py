@@ -260,3 +260,10 @@ def test_cluster_bootstrap_resamples_whole_episodes():
         ref.append(np.sum(per_episode[pick] * sizes[pick]) / np.sum(sizes[pick]))
     assert (lo, hi) == pytest.approx(tuple(np.quantile(ref, [0.025, 0.975])), abs=0.02)
     assert stats.cluster_bootstrap_mean([0.25] * 6, [0, 0, 1, 2, 2, 2], n_boot=50) == (0.25, 0.25, 0.25)
+
+
+def test_the_prompt_prints_the_scenarios_hp_maxima(tmp_path):
+    paper = ProtocolRunner(ProtocolConfig(), tmp_path, progress=False).prompt_limits()
+    headroom = ProtocolRunner(ProtocolConfig(scenario="headroom"), tmp_path, progress=False).prompt_limits()
+    assert paper == {"bot_max_hp": 300.0, "npc_max_hp": 60.0}
+    assert headroom == {"bot_max_hp": 1500.0, "npc_max_hp": 60.0}
