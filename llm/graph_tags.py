@@ -39,8 +39,9 @@ program, for the embedded model's choice decoding:
 `tag_fn` returns `(tags, aux)` (see `jaxarena.runner`): aux holds the option
 logits, the renormalised probabilities, the previous tags and the period's
 game time, so `decision_records` can write the same decision records as the
-host path. The on-disk prompt cache (`cache.PromptCache`) does not apply
-here: every run computes its prompts, and writes none to that cache.
+host path. The on-disk prompt cache (`cache.PromptCache`) is not read
+here: every run computes its prompts. `cache_entries` turns them into cache
+entries afterwards, so a later host-path run finds them.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from . import programs as P
 from .cache import cache_key
 from .choice import TAG_OPTIONS, option_token_ids, softmax
 from .prompt import SYSTEM, build_prompt, format_state
+from .types import Reply
 
 #: Chunk sizes of the in-graph forward passes: big chunks while many prompts
 #: remain, then small ones, so a period pads at most `chunk_sizes[-1] - 1` rows.
@@ -599,6 +601,29 @@ class GraphTagSource:
                 )
                 seen.add(prompt)
         return lines
+
+    def cache_entries(self, result, decode: str = "choice") -> list[tuple[str, Reply, dict]]:
+        """The rollout's distinct prompts as prompt-cache entries `(key, reply, about)`.
+
+        The graph path reads no cache, but filling one means a later run on
+        the host path (a warm re-run, `--llm-path host`) finds these replies
+        instead of recomputing them.
+        """
+        feats = np.asarray(result.decision_features).astype(np.float64)
+        logits = np.asarray(result.decision_aux["logits"])
+        active, tags = np.asarray(result.decision_active), np.asarray(result.decision_tags)
+        name, model, options = self.identity["backend"], self.identity["model"], self.identity["options"]
+        entries = {}
+        for p, e in zip(*np.nonzero(active), strict=True):
+            prompt = build_prompt(*feats[p, e], **self.lines.limits)
+            key = cache_key(name, model, prompt, options, decode)
+            probs = tuple(float(x) for x in softmax(logits[p, e]))
+            entries[key] = (
+                key,
+                Reply(TAG_OPTIONS[int(tags[p, e])], 0.0, None, probs),
+                {"backend": name, "model": model, "user": prompt.user},
+            )
+        return list(entries.values())
 
     def counters(self, result) -> dict:
         """The cell's LLM counters, with the host path's keys (`selector.SelectorStats.as_dict`)."""

@@ -178,8 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=LLM_PATHS,
         default="auto",
         help="where B's LLM runs: host (io_callback, with the prompt cache), graph (inside the jitted rollout; "
-        "choice decoding of an in-process model, no prompt cache), auto (default: graph on an accelerator "
-        "with a cold prompt cache, else host; on CPU the graph path measured no faster)",
+        "choice decoding of an in-process model; reads no prompt cache, fills it), "
+        "auto (default: graph with a cold prompt cache when the model can run there, else host)",
     )
     p.add_argument("--latency-steps", type=int, default=0, help="ticks before a chosen tag takes effect (default 0)")
     p.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples for win-rate CIs")

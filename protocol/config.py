@@ -59,7 +59,7 @@ class ProtocolConfig:
     num_periods: decision periods per episode; None = a full 120 s episode
       (only tests shorten it).
     llm_path: "auto", "host" or "graph" (see `LLM_PATHS`); the graph path runs
-      only the embedded model's choice decoding and has no prompt cache.
+      only the embedded model's choice decoding and reads no prompt cache (it fills it).
     scenario: a preset of `jaxarena.scenarios.SCENARIOS`, the arena of every cell.
     oracle_rollouts: K, the oracle's playouts per tag (Combination O and pricing).
     price_decisions: price every B decision with the oracle (regret, agreement).

@@ -13,8 +13,8 @@ and differs only in
   (`ProtocolRunner.llm_path`): "host", the `TagSelector` called once per
   decision period for the whole batch through `io_callback` (with the prompt
   cache), or "graph", `jaxarena.llm.graph_tags.GraphTagSource` inside the
-  jitted rollout (no callback, no prompt cache; the embedded model's choice
-  decoding only). Both write the same decision records. With
+  jitted rollout (no callback; it reads no prompt cache but fills it; the
+  embedded model's choice decoding only). Both write the same decision records. With
   `price_decisions` the B rollout also records its decision states, and
   `pricing.DecisionPricer` adds the oracle's verdict to every decision record.
 
@@ -215,20 +215,15 @@ class ProtocolRunner:
             return stored, "the run's stored B cells used it (resumed)"
         if asked == "auto" and self._cache_is_warm(backend):
             return "host", "the prompt cache already holds this model's replies (a warm re-run is faster on the host)"
-        if asked == "auto":
-            import jax
-
-            if jax.default_backend() == "cpu":
-                # Measured on 2 CPU cores: the in-graph forward ran no faster than the host path
-                # (both at about one core's speed), and the host path keeps the prompt cache.
-                return "host", "on CPU the graph path measured no faster; --llm-path graph to use it"
         try:
             self.graph_source()
         except UnsupportedTokenizer as exc:
             if asked == "graph":
                 raise
             return "host", str(exc)
-        return "graph", "asked for" if asked == "graph" else "accelerator, cold prompt cache: no callback per period"
+        # Measured on an idle 2-core CPU: a cold default protocol took 73 s on the graph path and
+        # 114 s on the host path, whose callback leaves the model one of XLA's two threads.
+        return "graph", "asked for" if asked == "graph" else "cold prompt cache: no callback per period"
 
     def _stored_b_path(self) -> str | None:
         for bot in self.config.bots:
@@ -467,6 +462,10 @@ class ProtocolRunner:
             cell["decisions"] = graph.decision_records(result, {"combination": combination, "bot": bot})
             cell["llm"] = graph.counters(result)
             cell["timing"]["llm_path"] = "graph"
+            if self.cache_path is not None:  # so that a later host-path run is warm
+                from jaxarena.llm.cache import PromptCache
+
+                PromptCache(self.cache_path).put_many(graph.cache_entries(result))
         if selector is not None:
             delta = _stats_delta(selector.stats.as_dict(), before)
             # `call` counts the selector's calls over the whole session; make it count from

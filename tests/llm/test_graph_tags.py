@@ -295,9 +295,12 @@ def test_the_protocol_on_both_paths_writes_the_same_records(tmp_path):
     cache = tmp_path / "cache.jsonl"
     graph = evaluate(config("graph"), tmp_path, "g", cache_path=cache, progress=False, figures=False)
     assert graph["llm"]["path"] == "graph" and graph["timings"]["llm_path"] == "graph"
-    assert not cache.exists()  # the graph path has no prompt cache
-    host = evaluate(config("host"), tmp_path, "h", cache_path=cache, progress=False, figures=False)
-    assert host["llm"]["path"] == "host"
+    # The host path computes its own replies (a cache of its own) ...
+    host = evaluate(config("host"), tmp_path, "h", cache_path=tmp_path / "host.jsonl", progress=False, figures=False)
+    assert host["llm"]["path"] == "host" and host["llm_counters"]["llm_requests"] > 0
+    # ... while the graph path reads no prompt cache but fills it: a host run on it makes no requests.
+    warm = evaluate(config("host"), tmp_path, "w", cache_path=cache, progress=False, figures=False)
+    assert warm["llm_counters"]["llm_requests"] == 0 and warm["llm_counters"]["cache_hits"] > 0
 
     def records(run):
         return [json.loads(line) for line in (tmp_path / run / "decisions.jsonl").read_text().splitlines()]
@@ -308,7 +311,9 @@ def test_the_protocol_on_both_paths_writes_the_same_records(tmp_path):
     first = [r for r in g if r["call"] == 0], [r for r in h if r["call"] == 0]
     assert len(first[0]) == 3
     assert [{k: r[k] for k in same} for r in first[0]] == [{k: r[k] for k in same} for r in first[1]]
-    # The cache is now warm for this model: auto picks the host path, and says why.
+    # With a cold cache auto takes the graph path; once the cache is warm for this model, the host path.
+    cold = evaluate(config("auto"), tmp_path, "c", cache_path=tmp_path / "none.jsonl", progress=False, figures=False)
+    assert cold["llm"]["path"] == "graph" and "cold" in cold["llm"]["path_reason"]
     auto = evaluate(config("auto"), tmp_path, "a", cache_path=cache, progress=False, figures=False)
     assert auto["llm"]["path"] == "host" and "cache" in auto["llm"]["path_reason"]
 
