@@ -565,42 +565,46 @@ class GraphTagSource:
         no per-call latency (0.0) and no prompt cache (`cache_hit` false).
         """
         aux = jax.tree.map(np.asarray, result.decision_aux)
-        tags = np.asarray(result.decision_tags)
-        feats = np.asarray(result.decision_features).astype(np.float64)
-        active = np.asarray(result.decision_active)
-        name, model, options = self.identity["backend"], self.identity["model"], self.identity["options"]
+        name, model = self.identity["backend"], self.identity["model"]
         context = dict(context or {})
-        lines = []
-        for p in range(tags.shape[0]):
-            seen = set()
-            for e in np.flatnonzero(active[p]):
-                prompt = build_prompt(*feats[p, e], **self.lines.limits)
-                key = cache_key(name, model, prompt, options, decode)
-                tag = int(tags[p, e])
-                lines.append(
-                    {
-                        **context,
-                        "call": p,
-                        "episode": int(e),
-                        "time_s": round(float(aux["time_s"][p]), 3),
-                        "state": {n: round(float(v), 4) for n, v in zip(LLM_FEATURES, feats[p, e], strict=True)},
-                        "prompt_hash": key[:16],
-                        "prev_tag": int(aux["prev_tags"][p, e]),
-                        "reply": TAG_OPTIONS[tag],
-                        "decode": decode,
-                        "probs": [round(float(x), 6) for x in softmax(aux["logits"][p, e])],
-                        "error": None,
-                        "tag": tag,
-                        "fallback": None,
-                        "latency_s": 0.0,
-                        "cache_hit": False,
-                        "shared": prompt in seen,
-                        "backend": name,
-                        "model": model,
-                    }
-                )
-                seen.add(prompt)
+        lines, seen = [], {}
+        for p, e, feats, prompt, key, tag, probs in self._decisions(result, decode):
+            shared = prompt in seen.setdefault(p, set())
+            seen[p].add(prompt)
+            lines.append(
+                {
+                    **context,
+                    "call": p,
+                    "episode": e,
+                    "time_s": round(float(aux["time_s"][p]), 3),
+                    "state": {n: round(float(v), 4) for n, v in zip(LLM_FEATURES, feats, strict=True)},
+                    "prompt_hash": key[:16],
+                    "prev_tag": int(aux["prev_tags"][p, e]),
+                    "reply": TAG_OPTIONS[tag],
+                    "decode": decode,
+                    "probs": [round(float(x), 6) for x in probs],
+                    "error": None,
+                    "tag": tag,
+                    "fallback": None,
+                    "latency_s": 0.0,
+                    "cache_hit": False,
+                    "shared": shared,
+                    "backend": name,
+                    "model": model,
+                }
+            )
         return lines
+
+    def _decisions(self, result, decode: str):
+        """Each decision actually made, in (period, episode) order: (p, e, features, prompt, key, tag, probs)."""
+        feats = np.asarray(result.decision_features).astype(np.float64)
+        logits = np.asarray(result.decision_aux["logits"])
+        tags = np.asarray(result.decision_tags)
+        name, model, options = self.identity["backend"], self.identity["model"], self.identity["options"]
+        for p, e in zip(*np.nonzero(np.asarray(result.decision_active)), strict=True):
+            prompt = build_prompt(*feats[p, e], **self.lines.limits)
+            key = cache_key(name, model, prompt, options, decode)
+            yield int(p), int(e), feats[p, e], prompt, key, int(tags[p, e]), softmax(logits[p, e])
 
     def cache_entries(self, result, decode: str = "choice") -> list[tuple[str, Reply, dict]]:
         """The rollout's distinct prompts as prompt-cache entries `(key, reply, about)`.
@@ -609,20 +613,11 @@ class GraphTagSource:
         the host path (a warm re-run, `--llm-path host`) finds these replies
         instead of recomputing them.
         """
-        feats = np.asarray(result.decision_features).astype(np.float64)
-        logits = np.asarray(result.decision_aux["logits"])
-        active, tags = np.asarray(result.decision_active), np.asarray(result.decision_tags)
-        name, model, options = self.identity["backend"], self.identity["model"], self.identity["options"]
+        name, model = self.identity["backend"], self.identity["model"]
         entries = {}
-        for p, e in zip(*np.nonzero(active), strict=True):
-            prompt = build_prompt(*feats[p, e], **self.lines.limits)
-            key = cache_key(name, model, prompt, options, decode)
-            probs = tuple(float(x) for x in softmax(logits[p, e]))
-            entries[key] = (
-                key,
-                Reply(TAG_OPTIONS[int(tags[p, e])], 0.0, None, probs),
-                {"backend": name, "model": model, "user": prompt.user},
-            )
+        for _, _, _, prompt, key, tag, probs in self._decisions(result, decode):
+            reply = Reply(TAG_OPTIONS[tag], 0.0, None, tuple(float(x) for x in probs))
+            entries[key] = (key, reply, {"backend": name, "model": model, "user": prompt.user})
         return list(entries.values())
 
     def counters(self, result) -> dict:
