@@ -1,4 +1,4 @@
-"""The paper's evaluation protocol: batched A/B episodes (and F/O), statistics, report and figures.
+"""The paper's evaluation protocol: batched A/B episodes (and F/O/W), statistics, report and figures.
 
 Installed as `jaxarena.protocol`. It sits above `jaxarena.algorithms` and
 `jaxarena.llm` in the dependency order (env <- algorithms <- llm/protocol <- scripts).

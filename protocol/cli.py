@@ -7,6 +7,7 @@
     jaxarena-evaluate --llm gguf:models/qwen2.gguf      # any local llama/Mistral or qwen2 GGUF
     jaxarena-evaluate --policy-a runs/a --policy-b runs/b
     jaxarena-evaluate --combinations A B F O --price-decisions   # + fixed tags, the oracle, B's regret
+    jaxarena-evaluate --combinations A W                # A beside the white-box squads (docs/coder.md)
 
 Outputs go to `results/<run-id>/` (see `protocol.summary`). The default run id
 is derived from the configuration, so running the same command again resumes
@@ -30,7 +31,14 @@ from jaxarena.llm.choice import DECODE_MODES
 from jaxarena.names import BOT_TYPES
 from jaxarena.scenarios import DEFAULT_SCENARIO, SCENARIOS
 
-from .config import COMBINATIONS, DEFAULT_COMBINATIONS, DEFAULT_ORACLE_ROLLOUTS, LLM_PATHS, ProtocolConfig
+from .config import (
+    COMBINATIONS,
+    DEFAULT_COMBINATIONS,
+    DEFAULT_ORACLE_ROLLOUTS,
+    LLM_PATHS,
+    ProtocolConfig,
+    whitebox_specs,
+)
 from .policies import policy_env_id
 from .runner import ProtocolRunner
 
@@ -82,13 +90,12 @@ def evaluate(
         cells = runner.run()
         policies = {}
         for comb in config.combinations:
-            policy, _, checksum, source = runner.policy(comb)
-            policies[comb] = {
-                "spec": config.policy_for(comb),
-                "source": source,
-                "sha256": checksum,
-                "env_id": policy_env_id(policy),
-            }
+            if comb == "W":
+                squads = {f"W:{name}": (whitebox_specs()[name], *squad) for name, squad in runner.whitebox().items()}
+            else:
+                squads = {comb: (config.policy_for(comb), *runner.policy(comb))}
+            for label, (spec, policy, _, checksum, source) in squads.items():
+                policies[label] = {"spec": spec, "source": source, "sha256": checksum, "env_id": policy_env_id(policy)}
         llm = runner.llm_identity() if "B" in config.combinations else None
         if llm is not None:
             llm = {**llm, "path": runner.llm_path(), "path_reason": runner.session.get("llm_path_reason")}
@@ -122,8 +129,9 @@ def _llm_spec(text: str) -> str:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="jaxarena-evaluate",
-        description="Run the paper's evaluation protocol (Combinations A and B x 3 bots; optionally fixed tags F "
-        "and the oracle O) and write episodes.csv, decisions.jsonl, summary.json, report.md and figures.",
+        description="Run the paper's evaluation protocol (Combinations A and B x 3 bots; optionally fixed tags F, "
+        "the oracle O and the white-box squads W) and write episodes.csv, decisions.jsonl, summary.json, "
+        "report.md and figures.",
     )
     p.add_argument("--episodes", type=int, default=100, help="episodes per (combination, bot) cell (default 100)")
     p.add_argument("--seed", type=int, default=0, help="base seed; A and B share it (paired design)")
@@ -134,7 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=list(DEFAULT_COMBINATIONS),
         metavar="C",
         help=f"combinations to run, from {' '.join(COMBINATIONS)} (space- or comma-separated; default A B). "
-        "F: B's policy with each tag held all episode; O: the oracle picks each tag (slow: minutes per bot)",
+        "F: B's policy with each tag held all episode; O: the oracle picks each tag (slow: minutes per bot); "
+        "W: the white-box baselines of docs/coder.md (rush, kite, surround_strike) on A's paired episodes",
     )
     p.add_argument(
         "--oracle-rollouts",
@@ -243,6 +252,20 @@ def print_oracle(oracle: dict) -> None:
         print(f"    {bot:<10} " + "  ".join(parts))
 
 
+def print_whitebox(whitebox: dict) -> None:
+    """Each white-box squad's win % (95% CI) and its paired difference from A."""
+    print("  white-box squads: squad win % (95% CI), minus A's in pp (paired 95% CI)")
+    for bot, r in whitebox["by_bot"].items():
+        parts = [f"A {r['A']['win_pct']:5.1f}%"] if "A" in r else []
+        for name, e in r["squads"].items():
+            part = f"{name} {e['win_pct']:5.1f}% ({e['ci95'][0]:.0f}-{e['ci95'][1]:.0f})"
+            if "vs_A" in e:
+                v = e["vs_A"]
+                part += f" {v['win_pct_points']:+.1f} ({v['ci95'][0]:+.1f}, {v['ci95'][1]:+.1f})"
+            parts.append(part)
+        print(f"    {bot:<10} " + "  ".join(parts))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -274,6 +297,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  A vs B {bot:<10} U {m['U']:.1f}  p {m['p']:.4g}{m['stars']}  r {m['r']:+.3f}  {m['direction']}")
     if summary.get("oracle"):
         print_oracle(summary["oracle"])
+    if summary.get("whitebox"):
+        print_whitebox(summary["whitebox"])
     print(
         f"  time: session {tm['session_wall_s']:.1f} s; cells: compile {tm['cells_compile_s']:.1f} s, "
         f"simulation {tm['cells_simulation_s']:.1f} s, LLM {tm['cells_llm_s']:.1f} s "

@@ -9,6 +9,9 @@ A *cell* is one combination against one bot type. Combinations:
 - O: B's policy with the counterfactual oracle choosing the tag (argmax of Q
   over `oracle_rollouts` playouts per tag, `jaxarena.oracle`): an upper bound
   on what a tag selector can gain, not a player.
+- W: the white-box squads, the baselines written in the squad-policy language
+  (`jaxarena.coder.language.BASELINES`, docs/coder.md), each with A's fixed tag
+  (one cell per bot holds every squad's episodes).
 
 Bots are named as in `jaxarena.names.BOT_TYPES`; a cell's key is
 `fold_in(PRNGKey(seed), bot_index(bot))`, the same for every combination (the
@@ -27,8 +30,8 @@ from jaxarena.names import BOT_TYPES, bot_index
 from jaxarena.scenarios import DEFAULT_SCENARIO, scenario_overrides
 
 #: Every combination a run may ask for (see the module docstring).
-COMBINATIONS: tuple[str, ...] = ("A", "B", "F", "O")
-#: What a run plays unless told otherwise: the paper's two (F and O cost minutes more).
+COMBINATIONS: tuple[str, ...] = ("A", "B", "F", "O", "W")
+#: What a run plays unless told otherwise: the paper's two (F and O cost minutes more, W seconds).
 DEFAULT_COMBINATIONS: tuple[str, ...] = ("A", "B")
 #: Playouts per tag of the oracle (Combination O and decision pricing) unless told otherwise.
 DEFAULT_ORACLE_ROLLOUTS = 8
@@ -44,8 +47,9 @@ class ProtocolConfig:
     """Everything that defines a protocol run (the paper's defaults).
 
     policy_a / policy_b: checkpoint directories, "A"/"B" for the shipped
-      policies, or "scripted:NAME" for a reference squad of
-      `jaxarena.policies.SCRIPTED` ("scripted:focus_fire", "scripted:random", ...).
+      policies, "scripted:NAME" for a reference squad of
+      `jaxarena.policies.SCRIPTED` ("scripted:focus_fire", "scripted:random", ...),
+      or "coder:NAME" for a white-box baseline ("coder:kite"; docs/coder.md).
     llm: "embedded" (in-process SmolLM2-135M, the default), "ollama", or
       "gguf:PATH" (a local GGUF run in-process; PATH may be ollama:NAME[:TAG]).
     model: the Ollama model (e.g. "mistral"); ignored by the embedded backend.
@@ -109,6 +113,8 @@ class ProtocolConfig:
             raise ValueError("price_decisions prices Combination B's LLM decisions: add B to the combinations")
 
     def policy_for(self, combination: str) -> str:
+        if combination == "W":  # several policies: a caller that wants one has mistaken W for A
+            raise ValueError("Combination W plays several squads; see whitebox_specs()")
         return self.policy_a if combination == "A" else self.policy_b
 
     def cells(self) -> list[tuple[str, str]]:
@@ -151,9 +157,19 @@ def cell_key_data(seed: int, bot: str) -> np.ndarray:
     return np.asarray(jax.random.fold_in(jax.random.PRNGKey(seed), bot_index(bot)))
 
 
+def whitebox_specs() -> dict[str, str]:
+    """W's squads: baseline name -> its policy spec ("coder:rush", ...; see `policies.resolve_policy`)."""
+    from jaxarena.coder.language import BASELINES
+
+    return {name: f"coder:{name}" for name in BASELINES}
+
+
 def episode_sets(cell: dict) -> list[tuple[str, dict]]:
     """A stored cell's episodes as (label, episodes): ("A", ...) for most cells; F's one set per
-    held tag, labelled "F0".."F3" (the label `episodes.csv` and `summary.json` use)."""
+    held tag, labelled "F0".."F3"; W's one set per squad, labelled "W:rush", ... (the label
+    `episodes.csv` and `summary.json` use)."""
     if cell["combination"] == "F":
         return [(f"F{tag}", episodes) for tag, episodes in enumerate(cell["episodes_by_tag"])]
+    if cell["combination"] == "W":
+        return [(f"W:{name}", episodes) for name, episodes in cell["episodes_by_squad"].items()]
     return [(cell["combination"], cell["episodes"])]

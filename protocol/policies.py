@@ -1,7 +1,8 @@
 """The policies a protocol run plays: from a spec ("A", a run directory, "scripted:...") to a function.
 
 Every policy has the repository's one signature, `policy(params, obs, key) ->
-actions`; the scripted squads (`jaxarena.policies.SCRIPTED`) ignore `params`
+actions`; the scripted squads (`jaxarena.policies.SCRIPTED`) and the white-box
+baselines ("coder:NAME", `jaxarena.coder.language.BASELINES`) ignore `params`
 (None). A policy may carry the arena variant it was trained on as
 `policy.env_id`; `policy_env_id` reads it, with "Arena-v0" for those that do
 not (the scripted squads).
@@ -31,6 +32,8 @@ def resolve_policy(spec: str, greedy: bool = False) -> tuple[Callable, object, s
         if name not in SCRIPTED:
             raise ValueError(f"unknown scripted policy {name!r}; choose from {sorted(SCRIPTED)}")
         return SCRIPTED[name], None, "sha256:" + hashlib.sha256(spec.encode()).hexdigest(), spec
+    if spec.startswith("coder:"):
+        return _baseline(spec.split(":", 1)[1])
     from jaxarena.algorithms.checkpoint import load_policy, resolve_path
 
     try:
@@ -41,6 +44,21 @@ def resolve_policy(spec: str, greedy: bool = False) -> tuple[Callable, object, s
         ) from None
     policy, params = load_policy(directory, greedy=greedy)
     return policy, params, "sha256:" + directory_checksum(directory), str(directory)
+
+
+def _baseline(name: str) -> tuple[Callable, None, str, str]:
+    """A white-box baseline translated in this process: its source ships with the package and is
+    tested, so the resource-limited subprocess of `compile_program` (meant for an LLM's code) would
+    only add a second JAX start-up; `translate` still applies the sandbox's checks. The checksum is
+    the source's, so editing a baseline invalidates its stored cells."""
+    from jaxarena.coder.language import BASELINES
+    from jaxarena.coder.translate import translate
+
+    if name not in BASELINES:
+        raise ValueError(f"unknown white-box baseline {name!r}; choose from {sorted(BASELINES)}")
+    source = BASELINES[name]
+    checksum = "sha256:" + hashlib.sha256(source.encode()).hexdigest()
+    return translate(source), None, checksum, f"coder/baselines/{name}.py"
 
 
 def policy_env_id(policy: Callable) -> str:

@@ -1,13 +1,14 @@
 """Running the protocol's cells: (combination, bot) batches of seeded episodes.
 
-A *cell* (`config`) is one combination (A, B, F or O) against one bot type:
+A *cell* (`config`) is one combination (A, B, F, O or W) against one bot type:
 `episodes` episodes run as one vmapped batch under one jitted
 `jaxarena.runner.make_runner` program (outer scan over 5 s decision periods,
 inner scan over 50 steps). Every combination goes through that same code path
 and differs only in
 
-- the policy (A's checkpoint for A, B's for B, F and O; `policies`), and
-- the tag source: a fixed tag 0 for A; each tag held in turn for F (four
+- the policy (A's checkpoint for A, B's for B, F and O; for W each white-box
+  baseline in turn, one program per squad; `policies`), and
+- the tag source: a fixed tag 0 for A and W; each tag held in turn for F (four
   batches, one program); the oracle's argmax for O
   (`jaxarena.oracle.oracle_tag_source`); for B the LLM, on one of two paths
   (`ProtocolRunner.llm_path`): "host", the `TagSelector` called once per
@@ -45,8 +46,8 @@ from jaxarena.files import write_atomic
 from jaxarena.names import NUM_TAGS
 from jaxarena.scenarios import DEFAULT_SCENARIO
 
-from .config import CELL_FORMAT, ProtocolConfig, cell_key_data, cell_name
-from .policies import policy_env_id, resolve_policy
+from .config import CELL_FORMAT, ProtocolConfig, cell_key_data, cell_name, whitebox_specs
+from .policies import DEFAULT_ENV_ID, policy_env_id, resolve_policy
 from .pricing import PRICING_STREAM, DecisionPricer, active_states, annotate
 
 
@@ -107,7 +108,14 @@ class ProtocolRunner:
 
     # -- identity --
     def policy(self, combination: str):
-        spec = self.config.policy_for(combination)
+        return self.resolve(self.config.policy_for(combination))
+
+    def whitebox(self) -> dict[str, tuple]:
+        """Combination W's squads: baseline name -> (policy, params, checksum, source)."""
+        return {name: self.resolve(spec) for name, spec in whitebox_specs().items()}
+
+    def resolve(self, spec: str):
+        """`resolve_policy(spec)`, once per session."""
         if spec not in self._policies:
             t = time.perf_counter()
             self._policies[spec] = resolve_policy(spec, greedy=self.config.greedy)
@@ -139,15 +147,19 @@ class ProtocolRunner:
     def fingerprint(self, combination: str) -> dict:
         """Everything a cell's results depend on; a stored cell is reused only if this matches."""
         c = self.config
+        if combination == "W":  # every squad's checksum: editing a baseline invalidates the cell
+            policy = {name: squad[2] for name, squad in self.whitebox().items()}
+        else:
+            policy = self.policy(combination)[2]
         fp = {
             "format": CELL_FORMAT,
             "episodes": c.episodes,
             "seed": c.seed,
-            "policy": self.policy(combination)[2],
+            "policy": policy,
             "greedy": c.greedy,
             "num_periods": c.num_periods,
         }
-        if combination == "A":
+        if combination in ("A", "W"):
             fp["tag"] = c.tag_a
         elif combination == "B":
             fp["llm"] = {k: v for k, v in self.llm_identity().items() if k != "host"}
@@ -295,8 +307,10 @@ class ProtocolRunner:
         if combination in self._compiled:
             return self._compiled[combination], 0.0
         c = self.config
-        policy, params, _, _ = self.policy(combination)
         key = jax.numpy.asarray(cell_key_data(0, "aggressive"))
+        if combination == "W":
+            return self._whitebox_rollouts(env, env_params, key)
+        policy, params, _, _ = self.policy(combination)
         latency = c.latency_steps if combination == "B" else 0
         # Only a B run that prices its decisions keeps the states: the default B program is unchanged.
         record = combination == "B" and c.price_decisions
@@ -343,6 +357,24 @@ class ProtocolRunner:
             self._compiled[combination] = program
         return self._compiled[combination], compile_s
 
+    def _whitebox_rollouts(self, env, env_params, key) -> tuple[dict[str, Any], float]:
+        """W's programs, one per squad (each is its own policy), compiled once and reused across
+        bots; they are A's program but for the policy (fixed tag, team reward)."""
+        import jax
+
+        from jaxarena.runner import make_runner
+
+        c = self.config
+        programs, compile_s = {}, 0.0
+        for name, (policy, params, _, _) in self.whitebox().items():
+            run = make_runner(env, env_params, policy, c.tag_a, c.episodes, num_periods=c.num_periods)
+            fn = jax.jit(lambda pp, prm, k, run=run: run(pp, prm, k, 0))
+            t = time.perf_counter()
+            programs[name] = fn.lower(params, env_params, key).compile()
+            compile_s += time.perf_counter() - t
+        self._compiled["W"] = programs
+        return programs, compile_s
+
     def _oracle_source(self, env, env_params, policy, params):
         """Combination O's tag source, reporting each decision period to the progress bar."""
         import jax
@@ -383,11 +415,15 @@ class ProtocolRunner:
         from jaxarena.runner import schedule_of
 
         c = self.config
-        policy, params = self.policy(combination)[:2]
+        if combination == "W":  # the squad-policy language reads Arena-v0's observation
+            policy, params, env_id = None, None, DEFAULT_ENV_ID
+        else:
+            policy, params = self.policy(combination)[:2]
+            env_id = policy_env_id(policy)
         # B, F and O play with tags, so their logged return includes Table 5's shaping (as B
-        # trained); A's is the team reward alone, the arena's default. Outcomes do not depend on it.
-        shaping = 0.0 if combination == "A" else 1.0
-        env, env_params = jaxarena.make(policy_env_id(policy), bot=bot, shaping_weight=shaping, scenario=c.scenario)
+        # trained); A's and W's is the team reward alone, the arena's default. Outcomes do not depend on it.
+        shaping = 0.0 if combination in ("A", "W") else 1.0
+        env, env_params = jaxarena.make(env_id, bot=bot, shaping_weight=shaping, scenario=c.scenario)
         selector, before, n_records = None, None, 0
         if combination == "B" and self.llm_path() == "host":
             selector = self.selector()
@@ -415,6 +451,11 @@ class ProtocolRunner:
                 for tag in range(NUM_TAGS):
                     results.append(jax.block_until_ready(compiled(params, env_params, key, jax.numpy.int32(tag))))
                     on_progress((tag + 1) * c.episodes // NUM_TAGS)
+            elif combination == "W":
+                results, squads = {}, self.whitebox()
+                for i, (name, program) in enumerate(compiled.items()):
+                    results[name] = jax.block_until_ready(program(squads[name][1], env_params, key))
+                    on_progress((i + 1) * c.episodes // len(compiled))
             else:
                 result = jax.block_until_ready(compiled(params, env_params, key))
         finally:
@@ -445,6 +486,8 @@ class ProtocolRunner:
         if combination == "F":
             # One episode set per held tag, all on the cell's (paired) key.
             cell["episodes_by_tag"] = [episodes(r) for r in results]
+        elif combination == "W":
+            cell["episodes_by_squad"] = {name: episodes(r) for name, r in results.items()}
         else:
             cell["episodes"] = episodes(result)
         cell.update(

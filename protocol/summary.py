@@ -214,6 +214,7 @@ def summarize(cells: dict[str, dict], config: ProtocolConfig, meta: dict) -> dic
         "llm_counters": llm_counters,
         "timings": timings,
         **({"oracle": oracle_summary(by, descriptive, config)} if uses_oracle(config) else {}),
+        **({"whitebox": whitebox_summary(by, descriptive, config)} if "W" in config.combinations else {}),
         "paper": {"table6": PAPER_TABLE6, "table7": PAPER_TABLE7, "table8": PAPER_TABLE8, "table9": PAPER_TABLE9},
     }
 
@@ -273,6 +274,59 @@ def oracle_summary(by: dict, descriptive: dict, config: ProtocolConfig) -> dict:
         "headroom": "O minus the best fixed tag, in percentage points; 95% CI from a paired bootstrap over episodes",
         "regret": "Q(best) - Q(chosen) in win probability, K playouts per tag; mean over B's decisions, 95% CI "
         "from a bootstrap over episodes (agreement likewise)",
+        "by_bot": by_bot,
+    }
+
+
+def _outcome_row(row: dict) -> dict:
+    return {
+        **_win(row),
+        "bot_win_pct": row["bot_win_pct"],
+        "timeout_pct": row["timeout_pct"],
+        "mean_s": row["mean_s"],
+        "median_s": row["median_s"],
+    }
+
+
+def whitebox_summary(by: dict, descriptive: dict, config: ProtocolConfig) -> dict:
+    """Per bot: A and each white-box squad (W), each squad also against A on the same paired
+    episodes: the win-rate difference with a paired bootstrap CI, and Table 8's Mann-Whitney
+    test of time-to-defeat (A's durations first, so U is A's statistic)."""
+    from jaxarena.coder.language import BASELINES
+
+    by_bot = {}
+    for bot in config.bots:
+        w_cell = by.get("W", {}).get(bot)
+        if w_cell is None:
+            continue
+        a_cell = by.get("A", {}).get(bot)
+        row: dict = {"A": _outcome_row(descriptive["A"][bot])} if a_cell is not None else {}
+        squads = {}
+        for name, e in w_cell["episodes_by_squad"].items():
+            entry = _outcome_row(descriptive[f"W:{name}"][bot])
+            if a_cell is not None:
+                a = a_cell["episodes"]
+                won, a_won = (np.asarray(x["outcome"]) == NPC_WIN for x in (e, a))
+                diff, lo, hi = stats.paired_bootstrap_diff(won, a_won, n_boot=config.n_boot, seed=config.seed)
+                mw = stats.mann_whitney(a["duration_s"], e["duration_s"])
+                # Table 8's test with the squad in B's place: say so in its direction.
+                mw["direction"] = mw["direction"].replace("B ", "squad ")
+                entry["vs_A"] = {"win_pct_points": 100 * diff, "ci95": [100 * lo, 100 * hi], "mann_whitney": mw}
+            squads[name] = entry
+        row["squads"] = squads
+        by_bot[bot] = row
+    names = sorted({name for per_bot in by_bot.values() for name in per_bot["squads"]})
+    return {
+        "scenario": config.scenario,
+        "squads": {
+            name: {"source": f"coder/baselines/{name}.py", "lines": len(BASELINES[name].splitlines())}
+            for name in names
+            if name in BASELINES
+        },
+        "win": "squad (NPC) win %, with its percentile-bootstrap 95% CI (as in Tables 6-7)",
+        "vs_A": "win % minus A's on the same paired episodes, in percentage points, 95% CI from a paired "
+        "bootstrap over episodes; Mann-Whitney U of time-to-defeat, A vs the squad (U is A's statistic, "
+        "r and r_rb < 0 when the squad's episodes are shorter)",
         "by_bot": by_bot,
     }
 

@@ -261,6 +261,54 @@ def _oracle_table(oracle: dict) -> list[str]:
     return lines
 
 
+def _whitebox_table(whitebox: dict) -> list[str]:
+    """Per bot: A, then each white-box squad (W) with its win % (95% CI), outcome shares and
+    time-to-defeat, and its difference from A on the same paired episodes."""
+    squads = ", ".join(f"`{s['source']}` ({s['lines']} lines)" for s in whitebox["squads"].values())
+    lines = [
+        "### White-box squads (docs/coder.md)",
+        "",
+        "| Bot | Squad | NPC Win % (95% CI) | Bot Win % | Timeout % | Mean (s) | Median (s) "
+        "| Win − A (pp, 95% CI) | Time vs A: Mann–Whitney p, r_rb |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+
+    def row(bot: str, squad: str, r: dict) -> str:
+        vs = r.get("vs_A")
+        mw = vs["mann_whitney"] if vs else None
+        return _row(
+            bot.capitalize(),
+            squad,
+            _rate(r),
+            f"{r['bot_win_pct']:.1f}%",
+            f"{r['timeout_pct']:.1f}%",
+            f"{r['mean_s']:.2f}",
+            f"{r['median_s']:.2f}",
+            f"{vs['win_pct_points']:+.1f} ({vs['ci95'][0]:+.1f}, {vs['ci95'][1]:+.1f})" if vs else "—",
+            f"{format_p(mw['p'])}{mw['stars']}, {mw['r_rb']:+.3f} ({mw['direction']})" if mw else "—",
+        )
+
+    for bot in BOT_TYPES:
+        if bot not in whitebox["by_bot"]:
+            continue
+        r = whitebox["by_bot"][bot]
+        if "A" in r:
+            lines.append(row(bot, "A", r["A"]))
+        lines += [row(bot, name, entry) for name, entry in r["squads"].items()]
+    lines += [
+        "",
+        (
+            f"Squads: the baselines written in the squad-policy language ({squads}), translated to JAX and "
+            "played by the same episode runner as A, with A's fixed tag, on the same paired episodes. Win %: "
+            "the squad's (NPC) win rate with its 95% bootstrap CI. Win − A: paired bootstrap over episodes. "
+            "Time vs A: Table 8's two-sided Mann–Whitney U of time-to-defeat with the squad in B's place "
+            "(r_rb < 0: the squad's episodes are shorter)."
+        ),
+        "",
+    ]
+    return lines
+
+
 def render_report(summary: dict, figures: Sequence[str] = ()) -> str:
     """report.md: Tables 6-9 in the paper's layout, ours beside the paper's, then figures and set-up."""
     cfg = summary["config"]
@@ -292,6 +340,8 @@ def render_report(summary: dict, figures: Sequence[str] = ()) -> str:
         lines += _tag_tables(summary["tags"], summary["fallbacks"])
     if summary.get("oracle"):
         lines += _oracle_table(summary["oracle"])
+    if summary.get("whitebox"):
+        lines += _whitebox_table(summary["whitebox"])
     if figures:
         lines += ["## Figures", ""] + [f"![{Path(f).stem}]({Path(f).name})" for f in figures] + [""]
     tm = summary["timings"]
