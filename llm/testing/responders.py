@@ -12,6 +12,11 @@ from the server's `--responder` value):
     faults rather than judge answers.
   - "fixed:TEXT": always TEXT, format or not (for tests of what a client does
     with a reply it did not ask for).
+  - "coder-fixture": fixed answers by the role the system prompt names
+    (`jaxarena.coder.prompts`): a plan, programs cycling by candidate number
+    through a good one, one the sandbox refuses and a reply without code, and
+    a critic that asks for new tactics in odd rounds. A test of the coder
+    loop's pipeline only: its scores mean nothing.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -29,7 +35,7 @@ from ..types import Prompt
 
 Responder = Callable[[Prompt, "tuple[int, ...] | None"], str]
 
-RESPONDERS: tuple[str, ...] = ("embedded", "hash-digit", "fixed:TEXT")
+RESPONDERS: tuple[str, ...] = ("embedded", "hash-digit", "coder-fixture", "fixed:TEXT")
 
 
 def hash_digit(prompt: Prompt, choices: tuple[int, ...] | None = None) -> str:
@@ -103,6 +109,41 @@ class EmbeddedResponder:
         return text
 
 
+FIXTURE_PLAN = """### Tactic 1: Focus Fire
+**Condition to use:** always.
+**Tactic skeleton:** every NPC walks at the bot and strikes whenever its melee lands.
+### Tactic 2: Hit and Run
+**Condition to use:** when an NPC is hurt.
+**Tactic skeleton:** step back after a strike, then close in again."""
+
+#: What the coder fixture answers, cycling by candidate number: a good program, a refused one, no code.
+FIXTURE_CODER_REPLIES = (
+    "Here is the focus-fire squad:\n```python\ndef policy(obs):\n"
+    '    """Strike when it lands, else close in."""\n'
+    "    if obs.bot.can_attack:\n        return MELEE\n    return MOVE_TO_BOT\n```\n",
+    "```python\ndef policy(obs):\n    while obs.bot.hp > 0:\n        return MELEE\n    return RETREAT\n```\n",
+    "I would walk at the bot and strike it, but I will not write code for that.",
+)
+
+
+def coder_fixture(prompt: Prompt, choices: tuple[int, ...] | None = None) -> str:
+    """The coder loop's fixed answers by role (see the module docstring)."""
+    role = re.match(r"Role: (\w+)", prompt.system)
+    role = role.group(1) if role else ""
+    if role == "planner":
+        return FIXTURE_PLAN
+    if role == "coder":
+        number = re.search(r"candidate (\d+) of", prompt.user)
+        return FIXTURE_CODER_REPLIES[(int(number.group(1)) - 1 if number else 0) % len(FIXTURE_CODER_REPLIES)]
+    if role == "critic":
+        round_number = re.search(r"Round (\d+)", prompt.user)
+        odd = round_number is not None and int(round_number.group(1)) % 2 == 1
+        return "The squad never kites, so it cannot catch a fleeing bot. " + (
+            "[Change Tactic]" if odd else "[Improve Tactic]"
+        )
+    return "coder-fixture: no role in the system prompt"
+
+
 def make_responder(spec: str, max_batch: int) -> tuple[Responder, str]:
     """Returns (responder, default model name) for a --responder value."""
     if spec == "embedded":
@@ -114,6 +155,8 @@ def make_responder(spec: str, max_batch: int) -> tuple[Responder, str]:
         return responder, responder.model
     if spec == "hash-digit":
         return hash_digit, "test-digit"
+    if spec == "coder-fixture":
+        return coder_fixture, "test-coder"
     if spec.startswith("fixed:"):
         text = spec[len("fixed:") :]
         return (lambda prompt, choices=None: text), "test-fixed"

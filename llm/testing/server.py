@@ -319,7 +319,9 @@ def serve(port: int, config: FaultConfig, responder_spec: str, models: list[str]
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m jaxarena.llm.testing.server", description=__doc__.split("\n")[0])
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port (printed on stdout)")
-    parser.add_argument("--responder", default="embedded", help="embedded (default), hash-digit, fixed:TEXT")
+    parser.add_argument(
+        "--responder", default="embedded", help="embedded (default), hash-digit, coder-fixture, fixed:TEXT"
+    )
     parser.add_argument(
         "--model",
         action="append",

@@ -1,0 +1,189 @@
+"""How fast the coder's reward scores candidate programs: candidates/min, compile included (issue #13's target: 100).
+
+    python benchmarks/coder_throughput.py                                  # 32 candidates, batches of 4
+    python benchmarks/coder_throughput.py --candidates 16 --batch 8 --one-at-a-time 2
+
+The candidates are the white-box baselines (coder/baselines: rush, kite,
+surround-then-strike) and variants of them with other numbers (kite bands,
+fire rates, approach distances, a retreat-when-hurt rule): the mix of melee
+squads (short wins against the aggressive bot, 120 s timeouts against the
+evasive one) and kiting squads that an LLM loop produces. Each is scored as
+the loop scores it (`score_sources`): sandboxed compile, then
+`--episodes-per-bot` episodes against each bot.
+
+Modes, timed in the same run (so load on the machine affects both alike):
+- batched: `--batch` candidates per compiled program (the loop's K);
+- one at a time: a compiled program per candidate, for `--one-at-a-time`
+  of them (the baseline the batching is compared with).
+Each prints a JSON line: candidates/min, the sandbox's share of the time,
+env-steps/s (ticks of episodes actually played, one 0.1 s tick of the
+whole arena each) and the mean episode length. Then the arena's own bound,
+also timed in this run: the plain runner's env-steps/s on `--lanes` arenas,
+turned into the candidates/min that scoring would reach if it cost nothing
+but those env steps (no compile, no policy). A last line gives the batched /
+one-at-a-time ratio and whether the 100 candidates/min target was met.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import sys
+import time
+
+# XLA's YNNPACK fusions halve the arena's speed on CPU (README, "Speed"); off for this process unless
+# --keep-xla-flags (e.g. on a GPU machine, whose XLA may not know the CPU flag).
+if "--keep-xla-flags" not in sys.argv:
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_experimental_ynn_fusion_type=").strip()
+
+import numpy as np
+
+from jaxarena.coder.compile import compile_program
+from jaxarena.coder.language import BASELINES
+from jaxarena.coder.scoring import ScoreConfig, score_policies
+
+HURT_RUSH = '''
+def policy(obs):
+    """Rush, but an NPC below HURT HP backs off while the bot is close."""
+    if obs.bot.can_attack:
+        return MELEE
+    if obs.me.hp < {hurt} and obs.bot.distance < {near}:
+        return RETREAT
+    return MOVE_TO_BOT
+'''
+
+
+def _set_constant(source: str, name: str, value: float) -> str:
+    return re.sub(rf"^{name} = .*$", f"{name} = {value!r}", source, count=1, flags=re.MULTILINE)
+
+
+def candidates(n: int, seed: int = 0) -> list[str]:
+    """`n` distinct programs: the baselines first, then variants with drawn numbers."""
+    rng = np.random.default_rng(seed)
+    out = [BASELINES[name] for name in sorted(BASELINES)]
+    draws = 0
+    while len(out) < n:
+        draws += 1
+        if draws > 100 * n:
+            raise ValueError(f"cannot draw {n} distinct candidates; ask for fewer")
+        kind = draws % 3
+        if kind == 0 and "kite" in BASELINES:
+            near = float(rng.choice([4.0, 5.0, 6.0, 7.0]))
+            src = _set_constant(BASELINES["kite"], "NEAR", near)
+            src = _set_constant(src, "FAR", near + float(rng.choice([3.0, 4.0, 5.0, 6.0])))
+            src = _set_constant(src, "FIRE", float(rng.choice([0.5, 0.6, 0.7, 0.9])))
+        elif kind == 1 and "surround_strike" in BASELINES:
+            src = _set_constant(BASELINES["surround_strike"], "APPROACH", float(rng.choice([5.0, 6.0, 7.0, 9.0])))
+            src = _set_constant(src, "TOLERANCE", float(rng.choice([0.2, 0.3, 0.5])))
+        else:
+            hurt = int(rng.choice([10, 15, 20, 25, 30, 35, 40]))
+            src = HURT_RUSH.format(hurt=hurt, near=float(rng.choice([3.0, 3.5, 4.0, 5.0])))
+        if src not in out:
+            out.append(src)
+    return out[:n]
+
+
+def measure(sources: list[str], batch: int, config: ScoreConfig) -> dict:
+    """Scores `sources` in batches of `batch`, as the loop does; returns timings and rates."""
+    config = dataclasses.replace(config, batch=batch)
+    sandbox_s = 0.0
+    scores = []
+    start = time.perf_counter()
+    for i in range(0, len(sources), batch):
+        chunk = sources[i : i + batch]
+        t = time.perf_counter()
+        policies = [compile_program(s).policy for s in chunk]
+        sandbox_s += time.perf_counter() - t
+        scores += score_policies(policies, config)
+    seconds = time.perf_counter() - start
+    bad = [s.error for s in scores if s.status != "ok"]
+    if bad:
+        raise RuntimeError(f"a benchmark program failed: {bad[0]}")
+    episode_s = [s.stats[b]["episode_s"] for s in scores for b in config.bots]
+    ticks = sum(e * 10.0 * config.episodes_per_bot for e in episode_s)
+    return {
+        "candidates": len(sources),
+        "batch": batch,
+        "seconds": round(seconds, 2),
+        "candidates_per_min": round(60.0 * len(sources) / seconds, 2),
+        "sandbox_share": round(sandbox_s / seconds, 3),
+        "env_steps_per_s": round(ticks / seconds),
+        "mean_episode_s": round(float(np.mean(episode_s)), 2),
+        "mean_reward": round(float(np.mean([s.reward for s in scores])), 3),
+    }
+
+
+def ceiling(config: ScoreConfig, mean_episode_s: float) -> dict:
+    """The arena's own bound: env-steps/s of the plain runner (rush squad, `lanes` arenas, to the timeout).
+
+    Every arena runs all 1,200 ticks (the evasive bot is never caught), so each tick is useful work;
+    compile time is left out. candidates/min if scoring cost nothing but these env steps.
+    """
+    import jax
+
+    import jaxarena
+    from jaxarena.policies import focus_fire_policy
+    from jaxarena.runner import make_runner
+
+    env, params = jaxarena.make("Arena-v0", scenario=config.scenario, bot="evasive")
+    run = make_runner(env, params, focus_fire_policy, 0, config.lanes)
+    jax.block_until_ready(run(None, params, jax.random.key(0)).outcome)
+    start = time.perf_counter()
+    result = jax.block_until_ready(run(None, params, jax.random.key(1)))
+    seconds = time.perf_counter() - start
+    steps = float(np.sum(np.asarray(result.duration_s))) * 10.0
+    rate = steps / seconds
+    per_candidate = len(config.bots) * config.episodes_per_bot * mean_episode_s * 10.0
+    return {"env_steps_per_s": round(rate), "candidates_per_min": round(60.0 * rate / per_candidate, 2)}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--candidates", type=int, default=32)
+    p.add_argument("--batch", type=int, default=4, help="candidates per compiled program")
+    p.add_argument("--one-at-a-time", type=int, default=4, help="candidates scored alone, for the ratio (0: skip)")
+    p.add_argument("--episodes-per-bot", type=int, default=1000)
+    p.add_argument("--lanes", type=int, default=2048)
+    p.add_argument("--chunk-s", type=float, default=1.0)
+    p.add_argument("--scenario", default="paper")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--keep-xla-flags", action="store_true", help="leave XLA_FLAGS as they are")
+    args = p.parse_args()
+    config = ScoreConfig(
+        episodes_per_bot=args.episodes_per_bot,
+        scenario=args.scenario,
+        seed=args.seed,
+        lanes=args.lanes,
+        chunk_s=args.chunk_s,
+    )
+    sources = candidates(args.candidates, args.seed)
+    compile_program(sources[0])  # start the sandbox's worker process outside the timings
+    import jax
+
+    common = {
+        "bench": "coder_throughput",
+        "device": str(jax.devices()[0].device_kind),
+        "episodes_per_bot": args.episodes_per_bot,
+        "lanes": args.lanes,
+    }
+    batched = {**common, "mode": "batched", **measure(sources, args.batch, config)}
+    print(json.dumps(batched), flush=True)
+    summary = {**common, "mode": "summary", "target_candidates_per_min": 100}
+    summary["batched_candidates_per_min"] = batched["candidates_per_min"]
+    if args.one_at_a_time > 0:
+        single = {**common, "mode": "one_at_a_time", **measure(sources[: args.one_at_a_time], 1, config)}
+        print(json.dumps(single), flush=True)
+        summary["one_at_a_time_candidates_per_min"] = single["candidates_per_min"]
+        summary["batched_vs_one_at_a_time"] = round(batched["candidates_per_min"] / single["candidates_per_min"], 2)
+    bound = ceiling(config, batched["mean_episode_s"])
+    print(json.dumps({**common, "mode": "env_ceiling", **bound}), flush=True)
+    summary["env_ceiling_candidates_per_min"] = bound["candidates_per_min"]
+    summary["target_met"] = batched["candidates_per_min"] >= 100
+    print(json.dumps(summary), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""`jaxarena-coder`: the planner -> coder -> critic loop of seed 002 (docs/coder.md, "The loop").
+
+    jaxarena-coder --llm embedded --k 2 --rounds 1 --episodes-per-bot 1000
+    jaxarena-coder --llm ollama --model qwen2.5-coder:7b --k 8 --rounds 10
+
+Writes results/coder/<run>/ (prompts, replies, code, scores, events.jsonl,
+report.md with the best program and a GIF). Rerunning the same command
+resumes an interrupted run; --rounds may be raised to extend a finished one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from jaxarena.names import BOT_TYPES
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="jaxarena-coder",
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--llm", default="embedded", help="backend: embedded (default), ollama, gguf:PATH")
+    p.add_argument("--model", default=None, help="Ollama model (default qwen2.5-coder:7b); only with --llm ollama")
+    p.add_argument("--host", default=None, help="Ollama server URL (default $OLLAMA_HOST or http://127.0.0.1:11434)")
+    p.add_argument("--k", type=int, default=4, help="candidate programs per round (default 4)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
+    p.add_argument("--seed", type=int, default=0, help="seeds the episodes and the LLM's sampling")
+    p.add_argument("--episodes-per-bot", type=int, default=1000, help="episodes per bot per candidate (default 1000)")
+    p.add_argument("--scenario", default="paper", help="arena preset (jaxarena.scenarios; default paper)")
+    p.add_argument("--bots", nargs="+", default=list(BOT_TYPES), help="bots to score against (default all three)")
+    p.add_argument("--lanes", type=int, default=2048, help="episodes played side by side when scoring")
+    p.add_argument("--max-tokens", type=int, default=768, help="new tokens per LLM reply (default 768)")
+    p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (default 0.7)")
+    p.add_argument("--timeout-s", type=float, default=600.0, help="per-request limit for Ollama (default 600)")
+    p.add_argument("--gif-bot", default="balanced", help="bot of the report's GIF (default balanced)")
+    p.add_argument("--out", default="results/coder", help="parent folder of runs (default results/coder)")
+    p.add_argument("--run", default=None, help="run folder name (default: from the settings, so a rerun resumes)")
+    p.add_argument("--no-progress", action="store_true", help="no per-candidate and per-round lines")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from jaxarena.llm.backends import parse_llm_spec
+
+    try:
+        backend_name, _ = parse_llm_spec(args.llm)
+    except ValueError as exc:
+        print(f"jaxarena-coder: error: --llm: {exc}", file=sys.stderr)
+        return 2
+    if backend_name == "ollama":
+        # Scoring is env-heavy: XLA's YNNPACK fusions halve the arena's speed on CPU (README, "Speed"). Not with
+        # an in-process model, whose matrix products they speed up. Must be set before JAX starts.
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_experimental_ynn_fusion_type=").strip()
+
+    from .loop import Loop, LoopConfig, LoopError, run_name
+
+    try:
+        config = LoopConfig(
+            llm=args.llm,
+            model=args.model,
+            host=args.host,
+            k=args.k,
+            rounds=args.rounds,
+            seed=args.seed,
+            episodes_per_bot=args.episodes_per_bot,
+            scenario=args.scenario,
+            bots=tuple(args.bots),
+            lanes=args.lanes,
+            max_tokens=args.max_tokens,
+            temperature=args.temperature,
+            timeout_s=args.timeout_s,
+            gif_bot=args.gif_bot,
+        )
+        run_dir = Path(args.out) / (args.run or run_name(config))
+        loop = Loop(config, run_dir, progress=None if args.no_progress else lambda line: print(line, flush=True))
+        best = loop.run()
+    except LoopError as exc:
+        print(f"jaxarena-coder: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"jaxarena-coder: interrupted; rerun the same command to resume {run_dir}", file=sys.stderr)
+        return 130
+    if best is not None:
+        print(f"best: round {best['round']} candidate {best['candidate']}: reward {best['score'].reward:+.3f}")
+    print(f"report: {run_dir / 'report.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
