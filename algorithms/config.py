@@ -71,6 +71,8 @@ class PPOConfig:
     # B, off for A. As one float in [0, 1] the tag could only shift behaviour
     # monotonically from tag 0 to tag 3, and B barely responded to it.
     tag_one_hot: bool | None = None
+    # One actor-critic per tag (see ActorCritic.tag_experts); B only.
+    tag_experts: bool = False
     seed: int = 0
     shaping_weight: float | None = None  # None: 0 for A, 1 for B
     recipe: str = "paper"  # which shaping `shaping_weight` scales (RECIPES)
@@ -152,7 +154,10 @@ class PPOConfig:
 
     def network_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of `ActorCritic` for this config."""
-        return {"hidden": self.hidden, "activation": self.activation, "tag_one_hot": self.effective_tag_one_hot}
+        kwargs = {"hidden": self.hidden, "activation": self.activation, "tag_one_hot": self.effective_tag_one_hot}
+        if self.tag_experts:  # absent otherwise, so older runs' kwargs compare equal
+            kwargs["tag_experts"] = True
+        return kwargs
 
     def replace(self, **changes) -> PPOConfig:
         return dataclasses.replace(self, **changes)

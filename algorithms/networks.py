@@ -27,6 +27,10 @@ class ActorCritic(nn.Module):
     # Append a one-hot of the strategy tag (decoded from obs[..., 22] = tag/3)
     # to the input, so tag-specific tactics need not be carved out of one float.
     tag_one_hot: bool = False
+    # One actor and one critic per strategy tag, the tag (decoded from obs[..., 22])
+    # choosing which acts: tags that ask for opposite tactics (close in, stay away)
+    # then do not share weights. Every expert runs and one is kept, 4x the compute.
+    tag_experts: bool = False
 
     def setup(self):
         # PPO's usual init: sqrt(2) for hidden layers, small final policy
@@ -35,6 +39,13 @@ class ActorCritic(nn.Module):
             return nn.Dense(n, kernel_init=nn.initializers.orthogonal(scale), bias_init=nn.initializers.zeros)
 
         g = np.sqrt(2.0)
+        if self.tag_experts:
+            # Flat lists (expert k's layers at 2k, 2k + 1) keep flax's parameter names simple.
+            self.expert_actor_layers = [dense(self.hidden, g) for _ in range(2 * NUM_TAGS)]
+            self.expert_actor_out = [dense(self.num_actions, 0.01) for _ in range(NUM_TAGS)]
+            self.expert_critic_layers = [dense(self.hidden, g) for _ in range(2 * NUM_TAGS)]
+            self.expert_critic_out = [dense(1, 1.0) for _ in range(NUM_TAGS)]
+            return
         self.actor_layers = [dense(self.hidden, g), dense(self.hidden, g)]
         self.actor_out = dense(self.num_actions, 0.01)
         self.critic_layers = [dense(self.hidden, g), dense(self.hidden, g)]
@@ -49,17 +60,27 @@ class ActorCritic(nn.Module):
     def _act(self, x):
         return jnp.tanh(x) if self.activation == "tanh" else nn.relu(x)
 
-    def logits(self, obs: jax.Array) -> jax.Array:
-        x = self._features(obs)
-        for layer in self.actor_layers:
+    def _mlp(self, x, layers, out):
+        for layer in layers:
             x = self._act(layer(x))
-        return self.actor_out(x)
+        return out(x)
+
+    def _by_tag(self, obs, layers, outs):
+        """Every expert's output, then the one of each row's tag."""
+        x = self._features(obs)
+        each = jnp.stack([self._mlp(x, layers[2 * k : 2 * k + 2], outs[k]) for k in range(NUM_TAGS)], axis=-2)
+        tag = jnp.clip(jnp.round(obs[..., TAG_INDEX] * (NUM_TAGS - 1)).astype(jnp.int32), 0, NUM_TAGS - 1)
+        return jnp.take_along_axis(each, tag[..., None, None], axis=-2)[..., 0, :]
+
+    def logits(self, obs: jax.Array) -> jax.Array:
+        if self.tag_experts:
+            return self._by_tag(obs, self.expert_actor_layers, self.expert_actor_out)
+        return self._mlp(self._features(obs), self.actor_layers, self.actor_out)
 
     def value(self, obs: jax.Array) -> jax.Array:
-        x = self._features(obs)
-        for layer in self.critic_layers:
-            x = self._act(layer(x))
-        return jnp.squeeze(self.critic_out(x), -1)
+        if self.tag_experts:
+            return jnp.squeeze(self._by_tag(obs, self.expert_critic_layers, self.expert_critic_out), -1)
+        return jnp.squeeze(self._mlp(self._features(obs), self.critic_layers, self.critic_out), -1)
 
     def __call__(self, obs: jax.Array):
         return distrax.Categorical(logits=self.logits(obs)), self.value(obs)

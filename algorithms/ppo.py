@@ -192,7 +192,7 @@ def make_trainer(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Trainer
 
     v_reset = jax.vmap(lambda k, bt: env.reset(k, _env_params(bt)))
     v_step = jax.vmap(lambda k, s, a, bt: env.step(k, s, a, _env_params(bt)))
-    v_retag = jax.vmap(env.retag)
+    v_retag = jax.vmap(lambda o, s, t, bt: env.retag(o, s, t, _env_params(bt)))
 
     def _shard_env(x):
         """Keep env-axis arrays split over the mesh (a no-op on one device)."""
@@ -209,7 +209,7 @@ def make_trainer(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Trainer
         pick = jax.random.randint(key, (n_envs,), 0, len(config.tags), dtype=jnp.int32)
         new = jnp.asarray(config.tags, jnp.int32)[pick]
         arena = state.env_state
-        obs, state = v_retag(obs, state, jnp.where(arena.t % config.tag_period_ticks == 0, new, arena.tag))
+        obs, state = v_retag(obs, state, jnp.where(arena.t % config.tag_period_ticks == 0, new, arena.tag), bot_types)
         return obs, state
 
     def init(rng: jax.Array) -> RunnerState:

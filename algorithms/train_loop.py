@@ -219,18 +219,34 @@ def main(argv=None) -> int:
     t0 = time.time()
     runner = jax.jit(trainer.init)(jax.random.PRNGKey(config.seed))
     if config.init_from and not existing:
-        from .checkpoint import load_params
+        from jaxarena.registry import make as make_env
 
-        src_config, params = load_params(config.init_from)
-        if src_config.env_id != config.env_id:
-            raise SystemExit(
-                f"--init-from {config.init_from}: trained on {src_config.env_id}, this run uses {config.env_id}"
+        from .checkpoint import load_params
+        from .warm_start import as_experts, forget_tag_input, input_rows, widen_params
+
+        src_config, src_params = load_params(config.init_from)
+        src_net, dst_net = src_config.network_kwargs(), config.network_kwargs()
+        if (src_net["hidden"], src_net["activation"]) != (dst_net["hidden"], dst_net["activation"]) or (
+            src_net.get("tag_experts") and not dst_net.get("tag_experts")
+        ):
+            raise SystemExit(f"--init-from {config.init_from}: network {src_net} differs from this run's {dst_net}")
+        try:
+            rows = input_rows(
+                make_env(src_config.env_id)[0].obs_size,
+                src_net["tag_one_hot"],
+                make_env(config.env_id)[0].obs_size,
+                dst_net["tag_one_hot"],
             )
-        if src_config.network_kwargs() != config.network_kwargs():
+            if src_config.combination == "A":
+                src_params = forget_tag_input(src_params)
+            if dst_net.get("tag_experts") and not src_net.get("tag_experts"):
+                src_params = as_experts(src_params)
+            params = widen_params(src_params, runner.train_state.params, rows)
+        except ValueError as exc:
             raise SystemExit(
-                f"--init-from {config.init_from}: network {src_config.network_kwargs()} "
-                f"differs from this run's {config.network_kwargs()}"
-            )
+                f"--init-from {config.init_from} ({src_config.env_id}, {src_net}) cannot seed this run "
+                f"({config.env_id}, {dst_net}): {exc}"
+            ) from None
         runner = runner.replace(train_state=runner.train_state.replace(params=params))
         print(f"warm start from {config.init_from} (optimiser state fresh)", flush=True)
     if existing:

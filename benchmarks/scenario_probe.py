@@ -57,9 +57,11 @@ def main() -> None:
     parser.add_argument("--bots", nargs="+", default=list(jaxarena.BOT_TYPES))
     parser.add_argument("--squads", nargs="+", default=list(SQUADS))
     parser.add_argument("--decision-period-s", type=float, default=None, help="default: the scenario's (5 s)")
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="EnvParams overrides on top")
     parser.add_argument("--keep-xla-flags", action="store_true")
     args = parser.parse_args()
     overrides = {} if args.decision_period_s is None else {"decision_period_s": args.decision_period_s}
+    overrides.update({k: float(v) for k, v in (item.split("=", 1) for item in args.set)})
     env, params = jaxarena.make("Arena-v0", scenario=args.scenario, **overrides)
     for name in args.squads:
         policy, source = SQUADS[name]
@@ -73,6 +75,7 @@ def main() -> None:
                 lo, hi = wilson_interval(wins, args.episodes)
                 row = {
                     "scenario": args.scenario,
+                    "overrides": overrides,
                     "squad": name,
                     "bot": bot,
                     "seed": seed,

@@ -56,17 +56,28 @@ def main():
     p.add_argument("--episodes", type=int, default=500)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bots", nargs="+", default=list(BOT_TYPES), choices=BOT_TYPES)
+    p.add_argument("--scenario", default=None, help="arena preset (default: the one the policy was trained on)")
     p.add_argument("--markdown", action="store_true")
     args = p.parse_args()
 
     t0 = time.perf_counter()
     policy, params = load_policy(args.policy)
-    resp = tag_response(policy, params, tuple(args.bots), n=args.episodes, seed=args.seed, env_id=policy.env_id)
+    scenario = args.scenario or policy.scenario
+    resp = tag_response(
+        policy, params, tuple(args.bots), n=args.episodes, seed=args.seed, env_id=policy.env_id, scenario=scenario
+    )
     ref, ref_params = load_policy(args.reference)
-    summary = {"bench": "tag_response", "policy": args.policy, "episodes": args.episodes, "bots": {}}
+    summary = {
+        "bench": "tag_response",
+        "policy": args.policy,
+        "reference": args.reference,
+        "scenario": scenario,
+        "episodes": args.episodes,
+        "bots": {},
+    }
     tables = []
     for b, bot in enumerate(args.bots):
-        a = run_episodes(ref, ref_params, bot, n=args.episodes, seed=args.seed, env_id=ref.env_id)
+        a = run_episodes(ref, ref_params, bot, n=args.episodes, seed=args.seed, env_id=ref.env_id, scenario=scenario)
         a_wins = int(np.sum(a["outcome"] == NPC_WIN))
         a_rate = a_wins / args.episodes
         cells = {m: [mean_ci(resp[m][b, t]) for t in range(NUM_TAGS)] for m in MEASURES}

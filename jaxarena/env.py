@@ -8,6 +8,7 @@ import numpy as np
 
 from . import physics
 from .bots import BotState, World, scripted_bot
+from .formations import SLOT_FEATURES, slot_features
 from .observe import can_melee, observe, with_tag
 from .rewards import tag_shaping, team_reward
 from .spawn import initial_state
@@ -31,6 +32,9 @@ from .types import (
     ticks,
 )
 
+# Where "ArenaFormation-v0" puts the slot features: after Table 3 and the facing.
+FORMATION = slice(OBS_SIZE + 2, OBS_SIZE + 2 + SLOT_FEATURES)
+
 
 class Arena:
     """The paper's 30x30 combat arena, as pure functions over explicit params.
@@ -45,7 +49,10 @@ class Arena:
                       nearest cover x/30, nearest cover z/30
         [10:22] four allies in index order, each x/30, z/30, hp/60 (0 if dead)
         [22]    strategy tag / 3 (always 0 in Combination A)
-        [23:25] only in "ArenaFacing-v0": the bot's facing, unit x, z
+        [23:25] only in "ArenaFacing-v0" and "ArenaFormation-v0": the bot's
+                facing, unit x, z
+        [25:28] only in "ArenaFormation-v0": the active tag's formation slot
+                for this NPC (`jaxarena.formations.slot_features`)
     Action: int32 (5,), one of 6 per NPC (Table 4): 0 move toward the bot,
         1 strafe left, 2 strafe right, 3 melee, 4 retreat, 5 ranged (orb).
         Dead NPCs and out-of-range action values do nothing.
@@ -70,23 +77,35 @@ class Arena:
     num_actions = NUM_ACTIONS
     num_tags = NUM_TAGS
 
-    def __init__(self, default_params: EnvParams | None = None, observe_facing: bool = False, scenario: str = "paper"):
+    def __init__(
+        self,
+        default_params: EnvParams | None = None,
+        observe_facing: bool = False,
+        scenario: str = "paper",
+        observe_formation: bool = False,
+    ):
         """`observe_facing` appends the bot's facing (unit x, z) as obs[23:25].
 
         Off by default, as in the paper. Table 5's Surround and Flank terms
         reward bearings measured from the bot's facing, which Table 3 leaves
         out; a memoryless policy can only guess it, so "ArenaFacing-v0" exists
-        for policies that must follow those tags. `scenario` only records the
-        preset `jaxarena.make` built `default_params` from.
+        for policies that must follow those tags. `observe_formation` (implies
+        the facing) further appends where the active tag asks this NPC to
+        stand, `formations.slot_features`, as obs[25:28] ("ArenaFormation-v0").
+        `scenario` only records the preset `jaxarena.make` built
+        `default_params` from.
         """
         self._default_params = default_params if default_params is not None else EnvParams()
-        self.observe_facing = bool(observe_facing)
+        self.observe_formation = bool(observe_formation)
+        self.observe_facing = bool(observe_facing) or self.observe_formation
         self.scenario = scenario
-        self.obs_size = OBS_SIZE + (2 if self.observe_facing else 0)
+        self.obs_size = OBS_SIZE + (2 if self.observe_facing else 0) + (SLOT_FEATURES if self.observe_formation else 0)
 
     @property
     def env_id(self) -> str:
         """The registry id that builds this variant (see `jaxarena.make`)."""
+        if self.observe_formation:
+            return "ArenaFormation-v0"
         return "ArenaFacing-v0" if self.observe_facing else "Arena-v0"
 
     @property
@@ -129,7 +148,11 @@ class Arena:
         obs = observe(state, params)
         if not self.observe_facing:
             return obs
-        return jnp.concatenate([obs, jnp.broadcast_to(state.bot_facing, (NUM_NPCS, 2))], axis=-1)
+        obs = jnp.concatenate([obs, jnp.broadcast_to(state.bot_facing, (NUM_NPCS, 2))], axis=-1)
+        if not self.observe_formation:
+            return obs
+        slots = slot_features(state.tag, state.npc_pos, state.bot_pos, state.bot_facing, params)
+        return jnp.concatenate([obs, slots], axis=-1)
 
     def set_tag(self, state: EnvState, tag) -> EnvState:
         """Set the strategy tag (0 Surround, 1 Aggressive, 2 Flank, 3 Retreat).
@@ -145,14 +168,19 @@ class Arena:
                 raise ValueError(f"tag must be in 0..{NUM_TAGS - 1}, got {int(value)}")
         return state.replace(tag=jnp.clip(jnp.asarray(tag, jnp.int32), 0, NUM_TAGS - 1))
 
-    def retag(self, obs: jax.Array, state: EnvState, tag) -> tuple[jax.Array, EnvState]:
+    def retag(self, obs: jax.Array, state: EnvState, tag, params: EnvParams | None = None):
         """Change the strategy tag of a running episode: `(obs, state)` with both carrying `tag`.
 
         The one way to change the tag between observing and acting: `set_tag`
         alone leaves the observation's tag slot stale. Checks as `set_tag`.
         """
         state = self.set_tag(state, tag)
-        return with_tag(obs, state.tag), state
+        obs = with_tag(obs, state.tag)
+        if self.observe_formation:  # the slots move with the tag
+            params = self._default_params if params is None else params
+            slots = slot_features(state.tag, state.npc_pos, state.bot_pos, state.bot_facing, params)
+            obs = obs.at[..., FORMATION].set(slots)
+        return obs, state
 
     def step_env(self, key: jax.Array, state: EnvState, actions: jax.Array, params: EnvParams):
         """One tick without auto-reset: (state, reward, terminated, truncated, info).

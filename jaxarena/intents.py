@@ -1,7 +1,7 @@
 """What each strategy tag asks of the squad: one intent measure per tag, and the shaping that pays for it.
 
 The four measures (docs/arena.md, "Intents") are per-episode averages over
-the ticks the episode ran, computed from the state the squad acted in:
+the ticks of the fight, computed from the state the squad acted in:
 
     tag         measure           definition                                          more intent
     ----------  ----------------  --------------------------------------------------  -----------
@@ -12,8 +12,15 @@ the ticks the episode ran, computed from the state the squad acted in:
     Retreat     far_share         share of living NPC-ticks at >= 8 u from the bot    higher
 
 Coverage is 1 when the living NPCs stand evenly around the bot and falls with
-the widest gap in their ring (see `coverage`). The tag-response matrix
-(`benchmarks/tag_response.py`) holds each tag for whole episodes and asks
+the widest gap in their ring (see `coverage`).
+
+The fight starts at the first tick a living NPC is within 8 u of the bot;
+an episode whose squad never gets that close is averaged over all its
+ticks. Averaged from the spawn instead, the walk in dominates short
+episodes: the shipped A kills the aggressive bot in 5.5 s and measures
+8.4 u from it over the whole episode, 3.4 u over the fight.
+
+The tag-response matrix (`benchmarks/tag_response.py`) holds each tag for whole episodes and asks
 whether each measure is best under its own tag.
 
 The shaping that trains these intents is `rewards.intent_shaping` (the
@@ -72,32 +79,52 @@ def tick_measures(state, alive: jax.Array) -> dict[str, jax.Array]:
     }
 
 
-def _update(acc: dict, tick: Tick) -> dict:
-    alive = (tick.state.npc_hp > 0.0) & tick.running[:, None]
-    sums = jax.vmap(tick_measures)(tick.state, alive)
-    return jax.tree.map(lambda a, s: a + s.astype(a.dtype), acc, sums)
+def _engaged(state, alive: jax.Array) -> jax.Array:
+    """() whether a living NPC is within RETREAT_DISTANCE of the bot: the fight has started."""
+    return jnp.any(alive & (norm(state.npc_pos - state.bot_pos) < RETREAT_DISTANCE))
 
 
-#: The runner accumulator of the intent measures; `episode_measures` turns it into per-episode values.
-INTENTS = Accumulator(
-    init=lambda n: {
+def _zeros(n: int) -> dict:
+    return {
         "npc_ticks": jnp.zeros(n, jnp.int32),
         "ticks": jnp.zeros(n, jnp.int32),
         "coverage": jnp.zeros(n),
         "distance": jnp.zeros(n),
         "lateral_share": jnp.zeros(n, jnp.int32),
         "far_share": jnp.zeros(n, jnp.int32),
-    },
+    }
+
+
+def _update(acc: dict, tick: Tick) -> dict:
+    alive = (tick.state.npc_hp > 0.0) & tick.running[:, None]
+    sums = jax.vmap(tick_measures)(tick.state, alive)
+    engaged = acc["engaged"] | jax.vmap(_engaged)(tick.state, alive)
+
+    def add(total, s, gate):
+        return total + jnp.where(gate, s, 0).astype(total.dtype)
+
+    return {
+        "engaged": engaged,
+        "all": jax.tree.map(lambda a, s: add(a, s, True), acc["all"], sums),
+        "fight": jax.tree.map(lambda a, s: add(a, s, engaged), acc["fight"], sums),
+    }
+
+
+#: The runner accumulator of the intent measures; `episode_measures` turns it into per-episode values.
+INTENTS = Accumulator(
+    init=lambda n: {"engaged": jnp.zeros(n, bool), "all": _zeros(n), "fight": _zeros(n)},
     update=_update,
 )
 
 
 def episode_measures(acc: dict) -> dict[str, jax.Array]:
-    """Per-episode measures (N,) from the `INTENTS` accumulator's final value."""
-    npc_ticks = jnp.maximum(acc["npc_ticks"], 1).astype(jnp.float32)
+    """Per-episode measures (N,) from the `INTENTS` accumulator's final value: over the fight, else all ticks."""
+    fought = acc["fight"]["npc_ticks"] > 0
+    sums = jax.tree.map(lambda f, a: jnp.where(fought, f, a), acc["fight"], acc["all"])
+    npc_ticks = jnp.maximum(sums["npc_ticks"], 1).astype(jnp.float32)
     return {
-        "coverage": acc["coverage"] / jnp.maximum(acc["ticks"], 1),
-        "distance": acc["distance"] / npc_ticks,
-        "lateral_share": acc["lateral_share"] / npc_ticks,
-        "far_share": acc["far_share"] / npc_ticks,
+        "coverage": sums["coverage"] / jnp.maximum(sums["ticks"], 1),
+        "distance": sums["distance"] / npc_ticks,
+        "lateral_share": sums["lateral_share"] / npc_ticks,
+        "far_share": sums["far_share"] / npc_ticks,
     }

@@ -13,8 +13,9 @@ from .scenarios import DEFAULT_SCENARIO, scenario_overrides
 from .types import EnvParams
 
 # "ArenaFacing-v0" is the same arena with the bot's facing appended to each
-# observation (obs_size 25); see `Arena.__init__`.
-REGISTERED_IDS = ("Arena-v0", "ArenaFacing-v0")
+# observation (obs_size 25), "ArenaFormation-v0" with the facing and the active
+# tag's formation slot (obs_size 28); see `Arena.__init__`.
+REGISTERED_IDS = ("Arena-v0", "ArenaFacing-v0", "ArenaFormation-v0")
 _ARRAY_FIELDS = {"boxes": (None, 4), "npc_spawn": (4,), "bot_spawn": (4,)}
 
 
@@ -25,7 +26,9 @@ def make(
 
     Args:
         env_id: one of `REGISTERED_IDS`: "Arena-v0" (the paper's 23-float
-            observation) or "ArenaFacing-v0" (plus the bot's facing, 25 floats).
+            observation), "ArenaFacing-v0" (plus the bot's facing, 25 floats)
+            or "ArenaFormation-v0" (plus the facing and the tag's formation
+            slot for each NPC, 28 floats; `jaxarena.formations`).
         bot: "aggressive", "evasive" or "balanced" (or its index); default balanced.
         scenario: a preset of `jaxarena.scenarios.SCENARIOS`; default "paper"
             (the paper's arena). Explicit overrides win over the preset's.
@@ -47,7 +50,13 @@ def make(
     params = EnvParams(**_checked_overrides({**scenario_overrides(scenario), **overrides}))
     check_values(params)
     check_geometry(params)
-    return Arena(params, observe_facing=env_id == "ArenaFacing-v0", scenario=scenario), params
+    arena = Arena(
+        params,
+        observe_facing=env_id == "ArenaFacing-v0",
+        scenario=scenario,
+        observe_formation=env_id == "ArenaFormation-v0",
+    )
+    return arena, params
 
 
 # Fields that must be > 0 (a count, a size or a duration of nothing is meaningless)

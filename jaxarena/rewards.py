@@ -5,16 +5,17 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from .formations import slot_closeness
 from .physics import norm
 from .types import NUM_TAGS, EnvParams, arena_diagonal
 
 RETREAT_DISTANCE = 8.0  # u, Table 5's Retreat threshold
-# The "intent" recipe's engagement ramp: full pay within NEAR, none beyond FAR.
-ENGAGE_NEAR, ENGAGE_FAR = 4.0, 8.0
+# The "intent" recipe's Aggressive contact term fades to nothing at ENGAGE_FAR.
+ENGAGE_FAR = 8.0
 # Its terms' scale before `shaping_weight`: Table 5's largest per-step term.
 INTENT_SCALE = 0.0075
-# Surround's and Flank's extra gain in the intent recipe (see `intent_shaping`).
-SPACING_GAIN = 2.0
+# Surround's and Flank's slot gain in the intent recipe (see `intent_shaping`).
+SLOT_GAIN = 2.0
 PAPER_RECIPE, INTENT_RECIPE = 0, 1
 
 
@@ -58,57 +59,40 @@ def team_reward(damage_to_bot, bot_killed, squad_wiped, params: EnvParams) -> ja
     )
 
 
-def angular_gap(npc_pos: jax.Array, bot_pos: jax.Array, alive: jax.Array) -> jax.Array:
-    """(5,) each living NPC's bearing gap (around the bot) to its nearest living squadmate.
-
-    In units of the even spacing 2 pi / living NPCs and capped at 1, so 1 means
-    "as far from the others as an even ring allows". A lone NPC scores 1.
-    """
-    v = npc_pos - bot_pos
-    unit = v / jnp.maximum(norm(v), 1e-6)[:, None]
-    angle = jnp.arccos(jnp.clip(unit @ unit.T, -1.0, 1.0))
-    others = alive[None, :] & ~jnp.eye(alive.shape[0], dtype=bool)
-    nearest = jnp.min(jnp.where(others, angle, jnp.pi), axis=1)
-    spacing = 2.0 * jnp.pi / jnp.maximum(jnp.sum(alive), 2)  # a lone NPC: pi / pi = 1
-    return jnp.minimum(nearest / spacing, 1.0)
-
-
 def intent_shaping(
     tag: jax.Array, npc_pos: jax.Array, bot_pos: jax.Array, bot_facing: jax.Array, alive: jax.Array, params: EnvParams
 ) -> jax.Array:
     """The "intent" recipe's per-step shaping of `tag` for each NPC: (5,) float32, before `shaping_weight`.
 
     Table 5's terms (`shaping`) pay at any distance, so a squad can collect
-    Surround or Flank pay from 35 u away and never fight (measured: B never
-    engaged the evasive bot under three tags). Here every term but Retreat's
-    pays only near the bot, and each pays for what only its own tag asks:
+    Surround or Flank pay from 35 u away and never fight, and squad-level
+    terms for where around the bot the squad stands were too weak to tell
+    Surround from Flank (docs/training.md). Here each term pays each NPC for
+    its own move:
 
-    - Surround: the NPC's bearing gap to its nearest squadmate (`angular_gap`),
-      while engaged (full within ENGAGE_NEAR, none beyond ENGAGE_FAR);
+    - Surround and Flank: nearness to the NPC's formation slot
+      (`formations.slot_closeness`: a ring at 6 u that shoots, or melee from
+      the bot's sides), times SLOT_GAIN so a slot outweighs a melee scrum;
     - Aggressive: half closeness (1 - d / d_max, a pull from anywhere, which
-      a chase of the evasive bot needs) and half being in melee reach (full
-      within the NPC's melee range, none beyond ENGAGE_FAR);
-    - Flank: standing 60-120 degrees off the bot's facing, while engaged;
+      a chase of the evasive bot needs) and half contact (1 - min(d /
+      ENGAGE_FAR, 1), which keeps pulling into contact);
     - Retreat: +1 at 8 u or more, -1 inside, as Table 5's sign.
 
-    Each term is per NPC, so each NPC's own move earns it (a squad-level term
-    such as `coverage` measured the intent but was a weak signal to train on),
-    and at most 1 before `INTENT_SCALE` and the weight, except that Surround
-    and Flank, which both pay engaged NPCs and differ only in where around the
-    bot they stand, get SPACING_GAIN to make that difference worth learning.
+    Known flaw, measured (docs/training.md): pay per tick is a reason to make
+    the episode last, and a policy can learn to hover near enough to be paid
+    and far enough not to finish the bot. The same terms as costs (<= 0) made
+    ending the fight fast dominate, and every tag collapsed into a rush.
     """
+    del alive  # the slots are per NPC; kept for the shared signature of `tag_shaping`
     d = norm(npc_pos - bot_pos)
-    engaged = jnp.clip((ENGAGE_FAR - d) / (ENGAGE_FAR - ENGAGE_NEAR), 0.0, 1.0)
-    # A melee range at or beyond ENGAGE_FAR (allowed by `make`) must not divide by zero.
-    reach_span = jnp.maximum(ENGAGE_FAR - params.npc_melee_range, 1e-3)
-    in_reach = jnp.clip((ENGAGE_FAR - d) / reach_span, 0.0, 1.0)
-    cos, _ = bearing_cos_sin(npc_pos, bot_pos, bot_facing)
     closeness = 1.0 - d / arena_diagonal(params)
+    contact = 1.0 - jnp.minimum(d / ENGAGE_FAR, 1.0)
+    slot = SLOT_GAIN * slot_closeness(tag, npc_pos, bot_pos, bot_facing, params)
     terms = jnp.stack(
         [
-            SPACING_GAIN * angular_gap(npc_pos, bot_pos, alive) * engaged,  # 0 Surround
-            0.5 * (closeness + in_reach),  # 1 Aggressive
-            SPACING_GAIN * (jnp.abs(cos) < 0.5) * engaged,  # 2 Flank
+            slot,  # 0 Surround
+            0.5 * (closeness + contact),  # 1 Aggressive
+            slot,  # 2 Flank
             jnp.where(d >= RETREAT_DISTANCE, 1.0, -1.0),  # 3 Retreat
         ]
     )

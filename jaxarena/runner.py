@@ -277,7 +277,7 @@ def make_runner(
     # Actions are checked as `env.step` checks them (shape (5,), integers), with its error messages.
     batched_policy = jax.vmap(lambda p, o, k: checked_actions(policy(p, o, k)), in_axes=(None, 0, 0))
     batched_step = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))
-    batched_retag = jax.vmap(env.retag)
+    batched_retag = jax.vmap(env.retag, in_axes=(0, 0, 0, None))
     batched_observe = jax.vmap(env.observe, in_axes=(0, None))
 
     def run(policy_params, params, key, initial_tag=0, start: Start | None = None, tag_state=None) -> RolloutResult:
@@ -292,7 +292,7 @@ def make_runner(
             state = start.state
             obs = batched_observe(state, params)
             first_period = jnp.asarray(start.period, jnp.int32)
-        obs, state = batched_retag(obs, state, jnp.broadcast_to(jnp.asarray(initial_tag, jnp.int32), (n,)))
+        obs, state = batched_retag(obs, state, jnp.broadcast_to(jnp.asarray(initial_tag, jnp.int32), (n,)), params)
         zeros = jnp.zeros((n,), jnp.float32)
         # A started state may already be over (an ended lane of a recorded batch): it stays as it is.
         ended = jax.vmap(has_ended, in_axes=(0, None))(state, params)
@@ -365,7 +365,7 @@ def make_runner(
                 ticks = first + jnp.arange(steps_per_period)
                 c, before = jax.lax.scan(_env_step, c, ticks[:latency_steps])
                 c = dict(c)
-                c["obs"], c["state"] = batched_retag(c["obs"], c["state"], chosen)
+                c["obs"], c["state"] = batched_retag(c["obs"], c["state"], chosen, params)
                 c, after = jax.lax.scan(_env_step, c, ticks[latency_steps:])
                 if trace is None:
                     return c, None

@@ -87,8 +87,8 @@ class LogWrapper:
     def set_tag(self, state: LogState, tag) -> LogState:
         return state.replace(env_state=self._env.set_tag(state.env_state, tag))
 
-    def retag(self, obs: jax.Array, state: LogState, tag) -> tuple[jax.Array, LogState]:
-        obs, env_state = self._env.retag(obs, state.env_state, tag)
+    def retag(self, obs: jax.Array, state: LogState, tag, params: EnvParams | None = None):
+        obs, env_state = self._env.retag(obs, state.env_state, tag, params)
         return obs, state.replace(env_state=env_state)
 
 

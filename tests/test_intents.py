@@ -1,4 +1,4 @@
-"""The intent measures of each tag, and the engagement-gated "intent" shaping recipe."""
+"""The intent measures of each tag, and the env paying the "intent" shaping recipe (its terms: test_formations.py)."""
 
 import chex
 import jax
@@ -10,7 +10,6 @@ from conftest import build_state
 import jaxarena
 from jaxarena.intents import INTENTS, MEASURES, coverage, episode_measures, tick_measures
 from jaxarena.policies import focus_fire_policy
-from jaxarena.rewards import INTENT_SCALE, SPACING_GAIN, angular_gap, intent_shaping, shaping
 from jaxarena.runner import make_runner
 
 BOT = np.array([15.0, 15.0], np.float32)
@@ -39,15 +38,6 @@ def test_coverage_is_one_evenly_around_and_near_zero_on_one_side():
     assert 0.55 < float(flanks) < 0.7
 
 
-def test_angular_gap_rewards_each_npc_for_its_own_spacing():
-    even = angular_gap(jnp.asarray(ring(3.0, [0, 72, 144, 216, 288])), jnp.asarray(BOT), ALL_ALIVE)
-    pairs = angular_gap(jnp.asarray(ring(3.0, [0, 5, 120, 125, 240])), jnp.asarray(BOT), ALL_ALIVE)
-    np.testing.assert_allclose(even, 1.0, atol=1e-5)
-    np.testing.assert_allclose(pairs, [5 / 72, 5 / 72, 5 / 72, 5 / 72, 1.0], rtol=1e-3)
-    lone = angular_gap(jnp.asarray(ring(3.0, [0, 5, 10, 15, 20])), jnp.asarray(BOT), jnp.array([1, 0, 0, 0, 0], bool))
-    assert float(lone[0]) == 1.0  # the last survivor is as spread out as it can be
-
-
 def test_tick_measures_on_a_hand_built_state():
     params = jaxarena.make("Arena-v0")[1]
     # Two NPCs at the bot's sides (90 deg, 3 u), one ahead (3 u), two behind at 10 u.
@@ -70,26 +60,6 @@ def test_the_intents_accumulator_averages_over_an_episode():
     assert np.all(np.asarray(measures["distance"]) > 0)
 
 
-def test_intent_surround_and_flank_pay_only_when_engaged():
-    params = jaxarena.make("Arena-v0")[1]
-    near = jnp.asarray(ring(3.0, [0, 72, 144, 216, 288]))
-    far = jnp.asarray(ring(20.0, [0, 72, 144, 216, 288]))
-    bot = jnp.asarray(BOT)
-    for tag in (0, 2):
-        assert float(intent_shaping(tag, far, bot, FACING_EAST, ALL_ALIVE, params).sum()) == 0.0
-        assert float(intent_shaping(tag, near, bot, FACING_EAST, ALL_ALIVE, params).sum()) > 0.0
-    # Table 5's Surround term pays the same NPCs at 20 u: the bug this recipe removes.
-    assert float(shaping(0, far, bot, FACING_EAST, params).sum()) > 0.0
-    # Surround pays the spread squad fully, Flank only its NPCs in the lateral arcs (72 and 288 deg).
-    np.testing.assert_allclose(
-        intent_shaping(0, near, bot, FACING_EAST, ALL_ALIVE, params), SPACING_GAIN * INTENT_SCALE, rtol=1e-4
-    )
-    np.testing.assert_allclose(intent_shaping(2, near, bot, FACING_EAST, ALL_ALIVE, params) > 0, [0, 1, 0, 0, 1])
-    # Retreat: +scale at 8 u or more, -scale inside.
-    np.testing.assert_allclose(intent_shaping(3, far, bot, FACING_EAST, ALL_ALIVE, params), INTENT_SCALE)
-    np.testing.assert_allclose(intent_shaping(3, near, bot, FACING_EAST, ALL_ALIVE, params), -INTENT_SCALE)
-
-
 def test_the_env_pays_the_recipe_it_is_given():
     env, paper = jaxarena.make("Arena-v0", bot="aggressive", bot_speed=0.0, shaping_weight=1.0)
     intent = paper.replace(shaping_recipe=1)
@@ -98,4 +68,28 @@ def test_the_env_pays_the_recipe_it_is_given():
     hold = jnp.full(5, 1, jnp.int32)  # strafing: no damage, so the reward is the shaping alone
     _, r_paper, *_ = env.step_env(jax.random.key(0), state, hold, paper)
     _, r_intent, *_ = env.step_env(jax.random.key(0), state, hold, intent)
+    # At 20 u, 14 u from every Surround slot: Table 5 pays, the intent recipe does not.
     assert float(r_paper.sum()) > 0.0 and float(r_intent.sum()) == 0.0
+
+
+def test_measures_start_with_the_fight_not_the_walk_in():
+    # A squad that spawns 20 u away and walks in: its mean distance counts from the first tick within 8 u.
+    env, params = jaxarena.make("Arena-v0", bot="aggressive", bot_speed=0.0, bot_melee_damage=0.0, episode_s=12.0)
+    run = make_runner(env, params, focus_fire_policy, 1, num_episodes=8, accumulators={"intents": INTENTS})
+    result = run(None, params, jax.random.key(0))
+    acc = result.extras["intents"]
+    measures = episode_measures(acc)
+    assert bool(jnp.all(acc["engaged"]))
+    whole = acc["all"]["distance"] / acc["all"]["npc_ticks"]
+    assert np.all(np.asarray(measures["distance"]) < 8.0)
+    assert np.all(np.asarray(measures["distance"]) < np.asarray(whole))
+    # A squad that never comes within 8 u is measured over the whole episode.
+    far_env, far = jaxarena.make("Arena-v0", bot="aggressive", bot_speed=0.0, episode_s=3.0)
+    hold = make_runner(
+        far_env, far, lambda p, o, k: jnp.full(o.shape[:-1], 4, jnp.int32), 1, 8, accumulators={"intents": INTENTS}
+    )
+    acc = hold(None, far, jax.random.key(1)).extras["intents"]
+    never = ~np.asarray(acc["engaged"])
+    assert never.any()
+    got = np.asarray(episode_measures(acc)["far_share"])[never]
+    np.testing.assert_allclose(got, np.asarray(acc["all"]["far_share"] / acc["all"]["npc_ticks"])[never])

@@ -1,0 +1,159 @@
+"""Formation slots: where Surround and Flank ask each NPC to stand, the shaping and the observation of them."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import build_state
+
+import jaxarena
+from jaxarena.formations import (
+    FLANK_RADIUS,
+    SURROUND_RADIUS,
+    slot_closeness,
+    slot_features,
+    slot_positions,
+)
+from jaxarena.names import (
+    AGGRESSIVE,
+    FLANK,
+    MELEE,
+    MOVE_TO_BOT,
+    RETREAT,
+    RETREAT_TAG,
+    STRAFE_LEFT,
+    STRAFE_RIGHT,
+    SURROUND,
+)
+from jaxarena.physics import norm
+from jaxarena.rewards import INTENT_SCALE, SLOT_GAIN, intent_shaping
+
+BOT = jnp.array([15.0, 15.0])
+EAST, NORTH = jnp.array([1.0, 0.0]), jnp.array([0.0, 1.0])
+ALIVE = jnp.ones(5, bool)
+PARAMS = jaxarena.make("Arena-v0")[1]
+
+
+def bearings_deg(points, centre, facing):
+    v = np.asarray(points - centre)
+    a = np.degrees(np.arctan2(v[:, 1], v[:, 0]) - np.arctan2(float(facing[1]), float(facing[0])))
+    return (a + 180.0) % 360.0 - 180.0
+
+
+def test_slots_beyond_a_wall_are_pulled_inside():
+    corner = jnp.array([2.0, 2.0])
+    slots, _ = slot_positions(jnp.int32(SURROUND), corner, EAST, PARAMS)
+    assert float(slots.min()) >= PARAMS.unit_radius and float(slots.max()) <= PARAMS.arena_size - PARAMS.unit_radius
+
+
+def test_surround_is_an_even_world_fixed_ring_and_flank_hugs_the_bots_sides():
+    ring, has = slot_positions(jnp.int32(SURROUND), BOT, EAST, PARAMS)
+    ring_turned, _ = slot_positions(jnp.int32(SURROUND), BOT, NORTH, PARAMS)
+    assert bool(has)
+    np.testing.assert_allclose(norm(ring - BOT), SURROUND_RADIUS, rtol=1e-5)
+    np.testing.assert_allclose(ring, ring_turned)  # the ring does not turn with the bot
+    gaps = np.diff(np.sort(bearings_deg(ring, BOT, EAST)))
+    np.testing.assert_allclose(gaps, 72.0, atol=1e-3)
+    for facing in (EAST, NORTH, jnp.array([0.6, -0.8])):
+        flank, has = slot_positions(jnp.int32(FLANK), BOT, facing, PARAMS)
+        assert bool(has)
+        np.testing.assert_allclose(norm(flank - BOT), FLANK_RADIUS, rtol=1e-5)
+        off = np.abs(bearings_deg(flank, BOT, facing))
+        assert np.all((off > 60.0) & (off < 120.0)), off  # all inside Flank's arcs, whichever way the bot faces
+        sides = np.sign(bearings_deg(flank, BOT, facing))
+        assert 0 < np.sum(sides > 0) < 5  # both sides taken
+    for tag in (AGGRESSIVE, RETREAT_TAG):
+        assert not bool(slot_positions(jnp.int32(tag), BOT, EAST, PARAMS)[1])
+
+
+def test_closeness_is_one_at_the_slot_zero_far_away_and_zero_without_a_slot():
+    ring, _ = slot_positions(jnp.int32(SURROUND), BOT, EAST, PARAMS)
+    np.testing.assert_allclose(slot_closeness(jnp.int32(SURROUND), ring, BOT, EAST, PARAMS), 1.0, atol=1e-6)
+    # The same points are far from Flank's slots and pay nothing there or under Aggressive.
+    assert float(jnp.max(slot_closeness(jnp.int32(FLANK), ring + 10.0, BOT, EAST, PARAMS))) == 0.0
+    assert float(jnp.max(slot_closeness(jnp.int32(AGGRESSIVE), ring, BOT, EAST, PARAMS))) == 0.0
+    # Half the fading distance away pays half.
+    shifted = ring + jnp.array([4.0, 0.0])
+    np.testing.assert_allclose(slot_closeness(jnp.int32(SURROUND), shifted, BOT, EAST, PARAMS), 0.5, atol=1e-5)
+
+
+def test_features_point_the_way_to_the_slot():
+    ring, _ = slot_positions(jnp.int32(SURROUND), BOT, EAST, PARAMS)
+    at = slot_features(jnp.int32(SURROUND), ring, BOT, EAST, PARAMS)
+    chex.assert_shape(at, (5, 3))
+    np.testing.assert_allclose(at, np.tile([0.0, 1.0, 0.0], (5, 1)), atol=1e-5)
+    # An NPC 30 degrees clockwise of its slot, twice as far out: the slot lies counter-clockwise and closer.
+    a = np.deg2rad(-30.0)
+    npc = BOT + 2.0 * SURROUND_RADIUS * jnp.array([np.cos(a), np.sin(a)])
+    f = slot_features(jnp.int32(SURROUND), jnp.tile(npc, (5, 1)), BOT, EAST, PARAMS)[0]
+    assert float(f[0]) == pytest.approx(np.sin(np.deg2rad(30.0)), abs=1e-5)
+    assert float(f[1]) == pytest.approx(np.cos(np.deg2rad(30.0)), abs=1e-5)
+    assert float(f[2]) < 0.0  # step in
+    np.testing.assert_allclose(slot_features(jnp.int32(RETREAT_TAG), ring, BOT, EAST, PARAMS), 0.0)
+
+
+def test_intent_shaping_pays_the_slot_and_nothing_far_from_it():
+    params = jaxarena.make("Arena-v0")[1]
+    for tag in (SURROUND, FLANK):
+        slots, _ = slot_positions(jnp.int32(tag), BOT, EAST, PARAMS)
+        pay = intent_shaping(jnp.int32(tag), slots, BOT, EAST, ALIVE, params)
+        np.testing.assert_allclose(pay, SLOT_GAIN * INTENT_SCALE, rtol=1e-5)
+        far = BOT + jnp.array([[14.0, 0.0]] * 5)
+        assert float(jnp.max(intent_shaping(jnp.int32(tag), far, BOT, EAST, ALIVE, params))) == 0.0
+    # Aggressive pays more in contact than at Surround's ring; Retreat's sign flips at 8 u.
+    ring, _ = slot_positions(jnp.int32(SURROUND), BOT, EAST, PARAMS)
+    touching = BOT + 0.5 * (ring - BOT) / SURROUND_RADIUS
+    assert float(intent_shaping(jnp.int32(AGGRESSIVE), touching, BOT, EAST, ALIVE, params).min()) > float(
+        intent_shaping(jnp.int32(AGGRESSIVE), ring, BOT, EAST, ALIVE, params).max()
+    )
+    np.testing.assert_allclose(intent_shaping(jnp.int32(RETREAT_TAG), ring, BOT, EAST, ALIVE, params), -INTENT_SCALE)
+    far = BOT + jnp.array([[9.0, 0.0]] * 5)
+    np.testing.assert_allclose(intent_shaping(jnp.int32(RETREAT_TAG), far, BOT, EAST, ALIVE, params), INTENT_SCALE)
+
+
+def test_the_formation_observation_carries_the_slots_and_follows_a_retag():
+    env, params = jaxarena.make("ArenaFormation-v0")
+    assert env.obs_size == 28 and env.env_id == "ArenaFormation-v0"
+    obs, state = env.reset(jax.random.key(0), params)
+    chex.assert_shape(obs, (5, 28))
+    np.testing.assert_allclose(obs[:, 23:25], jnp.broadcast_to(state.bot_facing, (5, 2)))
+    slots = slot_features(state.tag, state.npc_pos, state.bot_pos, state.bot_facing, params)
+    np.testing.assert_allclose(obs[:, 25:], slots)
+    retagged, state2 = env.retag(obs, state, FLANK)
+    np.testing.assert_allclose(retagged, env.observe(state2, params), atol=1e-6)  # as if observed afresh
+    assert not np.allclose(retagged[:, 25:], obs[:, 25:])
+    # Without the formation, the first 25 floats are ArenaFacing-v0's.
+    facing_env, _ = jaxarena.make("ArenaFacing-v0")
+    np.testing.assert_allclose(facing_env.observe(state, params), obs[:, :25])
+
+
+def steer_to_slot(obs):
+    """Reach the slot with Table 4's bot-relative actions, reading only the slot features."""
+    sin_e, cos_e, radial = obs[..., 25], obs[..., 26], obs[..., 27]
+    strafe = jnp.where(sin_e > 0, STRAFE_RIGHT, STRAFE_LEFT)
+    radial_move = jnp.where(radial > 0, RETREAT, MOVE_TO_BOT)
+    off_bearing = (cos_e < 0.0) | (jnp.abs(sin_e) > 0.05)
+    action = jnp.where(off_bearing, strafe, MELEE)
+    return jnp.where(jnp.abs(radial) > 0.05, radial_move, action).astype(jnp.int32)
+
+
+# Flank's slots turn with the bot, which keeps facing its nearest NPC, so they are chased, not held.
+@pytest.mark.parametrize("tag, reached", [(SURROUND, 0.8), (FLANK, 0.6)])
+def test_the_features_suffice_to_reach_the_slots(tag, reached):
+    env, params = jaxarena.make("ArenaFormation-v0", bot="aggressive", bot_speed=0.0, bot_melee_damage=0.0)
+    # The bot north of the central box, the squad scattered around it: every slot is in reach.
+    angles = np.deg2rad([10.0, 100.0, 170.0, 250.0, 300.0])
+    npc = np.array([15.0, 24.0]) + 4.0 * np.stack([np.cos(angles), np.sin(angles)], axis=-1)
+    state = build_state(params, npc_pos=npc, bot_pos=[15.0, 24.0], bot_facing=jnp.array([0.0, -1.0]))
+    state = env.set_tag(state, tag)
+    obs = env.observe(state, params)
+
+    def tick(carry, key):
+        obs, state = carry
+        state, *_ = env.step_env(key, state, steer_to_slot(obs), params)
+        return (env.observe(state, params), state), None
+
+    (_, state), _ = jax.lax.scan(tick, (obs, state), jax.random.split(jax.random.key(1), 200))
+    close = slot_closeness(state.tag, state.npc_pos, state.bot_pos, state.bot_facing, params)
+    assert float(jnp.mean(close)) > reached, close
