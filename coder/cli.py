@@ -54,9 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"jaxarena-coder: error: --llm: {exc}", file=sys.stderr)
         return 2
-    if backend_name == "ollama":
+    if backend_name == "ollama" and "jax" not in sys.modules:
         # Scoring is env-heavy: XLA's YNNPACK fusions halve the arena's speed on CPU (README, "Speed"). Not with
-        # an in-process model, whose matrix products they speed up. Must be set before JAX starts.
+        # an in-process model, whose matrix products they speed up. Only before JAX is imported: afterwards
+        # the flag would not reach this process, only leak into its children (e.g. a caller's test servers).
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_experimental_ynn_fusion_type=").strip()
 
     from .loop import Loop, LoopConfig, LoopError, run_name

@@ -256,6 +256,15 @@ def test_cli_errors_are_clear(tmp_path, capsys, free_port):
     assert json.loads((tmp_path / "x" / "config.json").read_text())["k"] == 1
 
 
+def test_cli_in_a_running_jax_process_leaves_xla_flags_alone(tmp_path, free_port, monkeypatch):
+    # Set after JAX started, the flag would miss this process and leak into its children, whose
+    # numerics then differ from this process's (it broke the real-model server tests).
+    monkeypatch.setenv("XLA_FLAGS", "")
+    argv = ["--llm", "ollama", "--host", f"http://127.0.0.1:{free_port}", "--out", str(tmp_path), "--run", "y"]
+    assert cli_main([*argv, "--k", "1", "--rounds", "1"]) == 2
+    assert os.environ["XLA_FLAGS"] == ""
+
+
 @pytest.fixture
 def free_port():
     import socket
