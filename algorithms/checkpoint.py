@@ -126,7 +126,7 @@ def load_params(path: str | Path, step: int | None = None):
     run_dir = resolve_path(path)
     config = read_config(run_dir)
     network = ActorCritic(**config.network_kwargs())
-    template = network.init(jax.random.PRNGKey(0), jnp.zeros((1, _obs_size(config)), jnp.float32))
+    template = network.init(jax.random.PRNGKey(0), jnp.zeros((1, obs_size_of(config)), jnp.float32))
     mngr = _manager(run_dir, max_to_keep=None)
     step = mngr.latest_step() if step is None else step
     if step is None:
@@ -136,7 +136,7 @@ def load_params(path: str | Path, step: int | None = None):
     return config, restored["params"]
 
 
-def _obs_size(config: PPOConfig) -> int:
+def obs_size_of(config: PPOConfig) -> int:
     """Floats per NPC observation of the arena `config` trained on."""
     return jaxarena.make(config.env_id)[0].obs_size
 
@@ -151,7 +151,7 @@ def make_policy(config: PPOConfig, greedy: bool = False) -> Callable:
     and `key` is ignored; otherwise `key` is required.
     """
     network = ActorCritic(**config.network_kwargs())
-    obs_size = _obs_size(config)
+    obs_size = obs_size_of(config)
 
     def policy(params, obs, key=None):
         if obs.shape[-1] != obs_size:

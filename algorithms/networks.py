@@ -51,11 +51,15 @@ class ActorCritic(nn.Module):
         self.critic_layers = [dense(self.hidden, g), dense(self.hidden, g)]
         self.critic_out = dense(1, 1.0)
 
+    @staticmethod
+    def _tag(obs):
+        """The tag code each row's obs[..., 22] = tag / 3 encodes."""
+        return jnp.round(obs[..., TAG_INDEX] * (NUM_TAGS - 1)).astype(jnp.int32)
+
     def _features(self, obs):
         if not self.tag_one_hot:
             return obs
-        tag = jnp.round(obs[..., TAG_INDEX] * (NUM_TAGS - 1)).astype(jnp.int32)
-        return jnp.concatenate([obs, jax.nn.one_hot(tag, NUM_TAGS, dtype=obs.dtype)], axis=-1)
+        return jnp.concatenate([obs, jax.nn.one_hot(self._tag(obs), NUM_TAGS, dtype=obs.dtype)], axis=-1)
 
     def _act(self, x):
         return jnp.tanh(x) if self.activation == "tanh" else nn.relu(x)
@@ -69,7 +73,7 @@ class ActorCritic(nn.Module):
         """Every expert's output, then the one of each row's tag."""
         x = self._features(obs)
         each = jnp.stack([self._mlp(x, layers[2 * k : 2 * k + 2], outs[k]) for k in range(NUM_TAGS)], axis=-2)
-        tag = jnp.clip(jnp.round(obs[..., TAG_INDEX] * (NUM_TAGS - 1)).astype(jnp.int32), 0, NUM_TAGS - 1)
+        tag = jnp.clip(self._tag(obs), 0, NUM_TAGS - 1)
         return jnp.take_along_axis(each, tag[..., None, None], axis=-2)[..., 0, :]
 
     def logits(self, obs: jax.Array) -> jax.Array:

@@ -219,9 +219,7 @@ def main(argv=None) -> int:
     t0 = time.time()
     runner = jax.jit(trainer.init)(jax.random.PRNGKey(config.seed))
     if config.init_from and not existing:
-        from jaxarena.registry import make as make_env
-
-        from .checkpoint import load_params
+        from .checkpoint import load_params, obs_size_of
         from .warm_start import as_experts, forget_tag_input, input_rows, widen_params
 
         src_config, src_params = load_params(config.init_from)
@@ -232,9 +230,9 @@ def main(argv=None) -> int:
             raise SystemExit(f"--init-from {config.init_from}: network {src_net} differs from this run's {dst_net}")
         try:
             rows = input_rows(
-                make_env(src_config.env_id)[0].obs_size,
+                obs_size_of(src_config),
                 src_net["tag_one_hot"],
-                make_env(config.env_id)[0].obs_size,
+                obs_size_of(config),
                 dst_net["tag_one_hot"],
             )
             if src_config.combination == "A":

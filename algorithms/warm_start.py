@@ -18,11 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxarena.observe import TAG as TAG_INDEX
-from jaxarena.registry import REGISTERED_IDS
 from jaxarena.types import NUM_TAGS
-
-#: Observation variants in order of inclusion: each one's observation starts with the previous one's.
-OBSERVATION_ORDER = REGISTERED_IDS  # ("Arena-v0", "ArenaFacing-v0", "ArenaFormation-v0")
 
 
 def input_rows(src_obs: int, src_one_hot: bool, dst_obs: int, dst_one_hot: bool) -> np.ndarray:
