@@ -9,10 +9,12 @@ import numpy as np
 from . import physics
 from .bots import BotState, World, scripted_bot
 from .formations import SLOT_FEATURES, slot_features
+from .learned_bot import learned_move
 from .observe import can_melee, observe, with_tag
 from .rewards import tag_shaping, team_reward
 from .spawn import initial_state
 from .types import (
+    BOT_LEARNED,
     BOT_WIN,
     MELEE,
     MOVE_TO_BOT,
@@ -182,8 +184,15 @@ class Arena:
             obs = obs.at[..., FORMATION].set(slots)
         return obs, state
 
-    def step_env(self, key: jax.Array, state: EnvState, actions: jax.Array, params: EnvParams):
+    def step_env(self, key: jax.Array, state: EnvState, actions: jax.Array, params: EnvParams, bot_action=None):
         """One tick without auto-reset: (state, reward, terminated, truncated, info).
+
+        Where `params.bot_type` is `BOT_LEARNED` the bot moves along the
+        heading of a learned action (`jaxarena.learned_bot`): `bot_action`, a
+        scalar int, if given (a trainer driving the bot), else one drawn from
+        `params.bot_weights`. Other bot types ignore both. With neither given
+        the learned branch is not even traced, so the scripted arena's program
+        is unchanged.
 
         Order within a tick: (1) the bot decides from the tick's starting
         state; (2) melee strikes and orb launches resolve simultaneously on
@@ -198,6 +207,12 @@ class Arena:
         world = World(state.bot_pos, state.bot_hp, state.npc_pos, alive)
         bot = BotState(state.bot_mode, state.bot_phase_ticks, state.bot_phase_s)
         bot_move, bot_attack, target, bot = scripted_bot(key, bot, world, params)
+        if bot_action is not None or params.bot_weights is not None:
+            # bot_type is traced, so a vmapped batch mixes learned and scripted lanes.
+            learned = jnp.asarray(params.bot_type, jnp.int32) == BOT_LEARNED
+            heading, mode = learned_move(key, state, params, target, bot_action)
+            bot_move = jnp.where(learned, heading, bot_move)
+            bot = bot._replace(mode=jnp.where(learned, mode, bot.mode))
 
         # (2) Attacks on the starting positions.
         melee = (act == MELEE) & can_melee(state, params)

@@ -27,6 +27,9 @@ SURROUND, AGGRESSIVE, FLANK, RETREAT_TAG = range(NUM_TAGS)
 # The three scripted bots of the paper's evaluation, by `EnvParams.bot_type` code.
 BOT_TYPES = ("aggressive", "evasive", "balanced")
 BOT_AGGRESSIVE, BOT_EVASIVE, BOT_BALANCED = range(len(BOT_TYPES))
+# A learned bot (`jaxarena.learned_bot`), run from `EnvParams.bot_weights`. Not in
+# BOT_TYPES: those are the paper's three, which reports and evaluations iterate.
+BOT_LEARNED = len(BOT_TYPES)
 
 # Episode outcomes as the env reports them in `info["outcome"]`.
 OUTCOMES = ("running", "npc_win", "bot_win", "timeout")

@@ -8,7 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .env import Arena
-from .names import bot_index
+from .learned_bot import check_bot_weights
+from .names import BOT_LEARNED, bot_index
 from .scenarios import DEFAULT_SCENARIO, scenario_overrides
 from .types import EnvParams
 
@@ -30,6 +31,9 @@ def make(
             or "ArenaFormation-v0" (plus the facing and the tag's formation
             slot for each NPC, 28 floats; `jaxarena.formations`).
         bot: "aggressive", "evasive" or "balanced" (or its index); default balanced.
+            "learned" (or `BOT_LEARNED`, 3) is the learned bot, which needs
+            `bot_weights` (`jaxarena.learned_bot.init_bot_weights` or a
+            checkpoint of `jaxarena.algorithms.bot_training.train_bot`).
         scenario: a preset of `jaxarena.scenarios.SCENARIOS`; default "paper"
             (the paper's arena). Explicit overrides win over the preset's.
         **overrides: any `EnvParams` field, e.g. `episode_s=60.0`.
@@ -46,9 +50,14 @@ def make(
     if bot is not None:
         if "bot_type" in overrides:
             raise TypeError("pass either bot= or bot_type=, not both")
-        overrides["bot_type"] = bot_index(bot)
+        overrides["bot_type"] = bot_code(bot)
     params = EnvParams(**_checked_overrides({**scenario_overrides(scenario), **overrides}))
     check_values(params)
+    if int(params.bot_type) == BOT_LEARNED and params.bot_weights is None:
+        raise ValueError(
+            "the learned bot (bot_type 3) needs bot_weights: pass bot_weights=init_bot_weights(key) "
+            "(jaxarena.learned_bot) or a checkpoint from jaxarena.algorithms.bot_training.train_bot"
+        )
     check_geometry(params)
     arena = Arena(
         params,
@@ -123,7 +132,9 @@ def _checked_overrides(overrides: dict) -> dict:
                 raise ValueError(f"{name} must have shape {want} (None: any), got {array.shape}")
             checked[name] = jnp.asarray(array)
         elif name == "bot_type":
-            checked[name] = bot_index(value)
+            checked[name] = bot_code(value)
+        elif name == "bot_weights":
+            checked[name] = None if value is None else check_bot_weights(value)
         else:
             array = np.asarray(value) if not isinstance(value, (str, bytes, bool)) else None
             if array is None or array.ndim != 0 or not np.issubdtype(array.dtype, np.number):
@@ -132,6 +143,16 @@ def _checked_overrides(overrides: dict) -> dict:
                 raise ValueError(f"{name} must be finite, got {value}")
             checked[name] = float(array)
     return checked
+
+
+def bot_code(bot: str | int) -> int:
+    """The `bot_type` of a scripted bot's name or code, or of the learned bot ("learned" or 3)."""
+    if bot == "learned" or (isinstance(bot, (int, np.integer)) and not isinstance(bot, bool) and bot == BOT_LEARNED):
+        return BOT_LEARNED
+    try:
+        return bot_index(bot)
+    except ValueError as exc:
+        raise ValueError(f"{exc}; or 'learned' ({BOT_LEARNED}) for the learned bot, with bot_weights") from None
 
 
 def check_geometry(params: EnvParams) -> None:

@@ -110,10 +110,15 @@ class CarryTagSource:
     `fn(tag_state, features, prev_tags, done, time_s, key) -> (tags, aux, tag_state)`
     (aux as for any source, None for none). The in-graph LLM keeps its answers
     this way, so a prompt met again in a later period is not recomputed.
+
+    With `reads_state`, `fn(tag_state, state, env_params, features, ...)` also
+    gets the batch's `EnvState`, for a source that reads what a player sees
+    beyond Table 10 (the RL selector's decision history: where the bot went).
     """
 
     init: Callable[[int], Any]
     fn: Callable[..., tuple]
+    reads_state: bool = False
 
 
 class Tick(NamedTuple):
@@ -169,6 +174,9 @@ class RolloutResult:
     decision_aux: what the tag source returned beside the tags, stacked on a
       leading (P,) axis (every lane, ended ones included: mask with
       `decision_active`), or None for a source that returns tags only.
+    final_state: the `EnvState` (leaves (N, ...)) each episode stopped in,
+      e.g. for a caller that plays one period at a time and continues from it
+      with `Start` (the RL selector's decision-level environment).
     """
 
     outcome: jax.Array
@@ -184,6 +192,7 @@ class RolloutResult:
     trace: Any = None
     decision_states: Any = None
     decision_aux: Any = None
+    final_state: Any = None
 
     def decisions(self) -> list[dict]:
         """The decisions actually made, as dicts (episode, period, state, tag)."""
@@ -349,7 +358,10 @@ def make_runner(
             if isinstance(tag_fn, StateTagSource):
                 chosen = tag_fn(carry["state"], params, features, prev_tags, carry["finished"], time_s, tag_key_p)
             elif isinstance(tag_fn, CarryTagSource):
-                *chosen, tag_state = tag_fn.fn(tag_state, features, prev_tags, carry["finished"], time_s, tag_key_p)
+                seen = (carry["state"], params) if tag_fn.reads_state else ()
+                *chosen, tag_state = tag_fn.fn(
+                    tag_state, *seen, features, prev_tags, carry["finished"], time_s, tag_key_p
+                )
                 chosen = tuple(chosen)
             else:
                 chosen = tag_fn(features, prev_tags, carry["finished"], time_s, tag_key_p)
@@ -403,6 +415,7 @@ def make_runner(
             trace=traced,
             decision_states=states,
             decision_aux=aux,
+            final_state=final["state"],
         )
 
     return jax.jit(run)

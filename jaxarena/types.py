@@ -9,6 +9,8 @@ program can `vmap` over them (bot types, unit stats) as well as over keys.
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,6 +22,7 @@ from .names import (  # noqa: F401  (re-exported: the arena's code names them fr
     BOT_AGGRESSIVE,
     BOT_BALANCED,
     BOT_EVASIVE,
+    BOT_LEARNED,
     BOT_MAX_HP,
     BOT_TYPES,
     BOT_WIN,
@@ -105,7 +108,7 @@ class EnvParams:
     dt: float = DT
     episode_s: float = EPISODE_S
     decision_period_s: float = DECISION_PERIOD_S
-    # Which scripted bot: 0 aggressive, 1 evasive, 2 balanced (see BOT_TYPES).
+    # Which bot: 0 aggressive, 1 evasive, 2 balanced (see BOT_TYPES), 3 learned (BOT_LEARNED).
     bot_type: int = BOT_BALANCED
     # Balanced bot: phase lengths are drawn per episode in [min, max] seconds.
     balanced_phase_min_s: float = 6.0
@@ -127,6 +130,10 @@ class EnvParams:
     # compiled program serves several scenarios. 1.0: the bot's melee strikes
     # every living NPC within its range at once (cleave), not just its target.
     bot_cleave: float = 0.0
+    # The learned bot's policy (`jaxarena.learned_bot.init_bot_weights`), used
+    # where `bot_type` is BOT_LEARNED (3). None, an empty pytree, by default: the
+    # scripted arena's params, programs and speed are unchanged by the field.
+    bot_weights: Any = None
 
 
 @struct.dataclass

@@ -1,4 +1,4 @@
-"""The paper's evaluation protocol: batched A/B episodes (and F/O/W), statistics, report and figures.
+"""The paper's evaluation protocol: batched A/B episodes (and C/F/O/W), statistics, report and figures.
 
 Installed as `jaxarena.protocol`. It sits above `jaxarena.algorithms` and
 `jaxarena.llm` in the dependency order (env <- algorithms <- llm/protocol <- scripts).
@@ -10,6 +10,9 @@ Installed as `jaxarena.protocol`. It sits above `jaxarena.algorithms` and
 - `stats`: Tables 6-9 statistics (numpy/scipy only).
 - `summary`: `summarize`, episodes.csv and decisions.jsonl rows, versions; `write_outputs` writes them all.
 - `tables`: report.md (the paper's Tables 6-9 beside ours); `figures`: Figs. 5-9 (matplotlib).
+- `selector_cells`: Combination C (the RL selector of issue #12) and its ablations: what each
+  label plays, its fingerprint, program and decision records; `selector_summary`,
+  `selector_tables`, `selector_figures`: C's numbers, report section and figures.
 - `cli`: `evaluate(...)` and `main(argv)`, the `jaxarena-evaluate` command.
 
     from jaxarena.protocol import ProtocolConfig, evaluate

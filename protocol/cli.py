@@ -8,6 +8,7 @@
     jaxarena-evaluate --policy-a runs/a --policy-b runs/b
     jaxarena-evaluate --combinations A B F O --price-decisions   # + fixed tags, the oracle, B's regret
     jaxarena-evaluate --combinations A W                # A beside the white-box squads (docs/coder.md)
+    jaxarena-evaluate --combinations A B C O            # + the RL selector (issue #12) and its ablations
 
 Outputs go to `results/<run-id>/` (see `protocol.summary`). The default run id
 is derived from the configuration, so running the same command again resumes
@@ -32,6 +33,7 @@ from jaxarena.names import BOT_TYPES
 from jaxarena.scenarios import DEFAULT_SCENARIO, SCENARIOS
 
 from .config import (
+    C_ABLATIONS,
     COMBINATIONS,
     DEFAULT_COMBINATIONS,
     DEFAULT_ORACLE_ROLLOUTS,
@@ -89,14 +91,17 @@ def evaluate(
     try:
         cells = runner.run()
         policies = {}
-        for comb in config.combinations:
+        for comb in config.labels():
             if comb == "W":
                 squads = {f"W:{name}": (whitebox_specs()[name], *squad) for name, squad in runner.whitebox().items()}
+            elif comb in config.c_labels():
+                squads = {comb: (runner.selector_cells().squad_spec(comb), *runner.policy(comb))}
             else:
                 squads = {comb: (config.policy_for(comb), *runner.policy(comb))}
             for label, (spec, policy, _, checksum, source) in squads.items():
                 policies[label] = {"spec": spec, "source": source, "sha256": checksum, "env_id": policy_env_id(policy)}
         llm = runner.llm_identity() if "B" in config.combinations else None
+        selectors = {label: runner.selector_cells().identity(label) for label in config.c_labels()}
         if llm is not None:
             llm = {**llm, "path": runner.llm_path(), "path_reason": runner.session.get("llm_path_reason")}
     finally:
@@ -106,6 +111,7 @@ def evaluate(
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "policies": policies,
         "llm": llm,
+        **({"selectors": selectors} if selectors else {}),
         "session": {
             **runner.session,
             "computed_cells": runner.computed,
@@ -130,8 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="jaxarena-evaluate",
         description="Run the paper's evaluation protocol (Combinations A and B x 3 bots; optionally fixed tags F, "
-        "the oracle O and the white-box squads W) and write episodes.csv, decisions.jsonl, summary.json, "
-        "report.md and figures.",
+        "the oracle O, the white-box squads W and the RL selector C with its ablations) and write episodes.csv, "
+        "decisions.jsonl, summary.json, report.md and figures.",
     )
     p.add_argument("--episodes", type=int, default=100, help="episodes per (combination, bot) cell (default 100)")
     p.add_argument("--seed", type=int, default=0, help="base seed; A and B share it (paired design)")
@@ -143,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="C",
         help=f"combinations to run, from {' '.join(COMBINATIONS)} (space- or comma-separated; default A B). "
         "F: B's policy with each tag held all episode; O: the oracle picks each tag (slow: minutes per bot); "
-        "W: the white-box baselines of docs/coder.md (rush, kite, surround_strike) on A's paired episodes",
+        "W: the white-box baselines of docs/coder.md (rush, kite, surround_strike) on A's paired episodes; "
+        "C: the RL selector among the LLM's candidate tags (issue #12), with its ablations (--c-ablations)",
     )
     p.add_argument(
         "--oracle-rollouts",
@@ -162,6 +169,37 @@ def build_parser() -> argparse.ArgumentParser:
         choices=tuple(SCENARIOS),
         default=DEFAULT_SCENARIO,
         help=f"arena preset for every cell (jaxarena.scenarios; default {DEFAULT_SCENARIO})",
+    )
+    p.add_argument(
+        "--selector",
+        default="C",
+        metavar="NAME_OR_DIR",
+        help="Combination C's trained selector: a shipped name (default C) or a jaxarena-train-selector run "
+        "directory; it names its squad policy and strategy table",
+    )
+    p.add_argument(
+        "--c-ablations",
+        default="all",
+        metavar="LIST",
+        help=f"C's ablations, each played beside C: all (default), none, or a comma list of {','.join(C_ABLATIONS)}",
+    )
+    p.add_argument(
+        "--selector-nodeduction",
+        default="C-nodeduction",
+        metavar="NAME_OR_DIR",
+        help="the selector of the C-nodeduction ablation (trained with --deduction false)",
+    )
+    p.add_argument(
+        "--selector-scripted",
+        default="C-scripted",
+        metavar="NAME_OR_DIR",
+        help="the selector of the C-scripted ablation (trained with --population scripted)",
+    )
+    p.add_argument(
+        "--price-c",
+        action="store_true",
+        help="price every C decision with the oracle (K playouts per tag): C's regret per bot (slow, as "
+        "--price-decisions)",
     )
     p.add_argument("--policy-a", default="A", help="Combination A policy: run dir, exported policy, or 'A' (shipped)")
     p.add_argument("--policy-b", default="B", help="Combination B policy: run dir, exported policy, or 'B' (shipped)")
@@ -206,6 +244,14 @@ def config_from_args(args: argparse.Namespace) -> ProtocolConfig:
     def split(s: str) -> tuple[str, ...]:
         return tuple(x.strip() for x in s.split(",") if x.strip())
 
+    ablations = args.c_ablations.strip().lower()
+    c_ablations = (
+        C_ABLATIONS
+        if ablations == "all"
+        else ()
+        if ablations == "none"
+        else tuple(next((a for a in C_ABLATIONS if a.lower() == x.lower()), x) for x in split(args.c_ablations))
+    )
     return ProtocolConfig(
         episodes=args.episodes,
         seed=args.seed,
@@ -224,6 +270,11 @@ def config_from_args(args: argparse.Namespace) -> ProtocolConfig:
         scenario=args.scenario,
         oracle_rollouts=args.oracle_rollouts,
         price_decisions=args.price_decisions,
+        selector=args.selector,
+        selector_nodeduction=args.selector_nodeduction,
+        selector_scripted=args.selector_scripted,
+        c_ablations=c_ablations,
+        price_c=args.price_c,
     )
 
 
@@ -266,6 +317,25 @@ def print_whitebox(whitebox: dict) -> None:
         print(f"    {bot:<10} " + "  ".join(parts))
 
 
+def print_selector(section: dict) -> None:
+    """C and its ablations, one line each: squad win % (95% CI), against B (paired difference in pp
+    and the Mann-Whitney p of time-to-defeat), and the entropy of the tags chosen."""
+    print(f"  Combination C (scenario {section['scenario']}): squad win % (95% CI); vs B: pp (paired CI), MWU p")
+    for bot, rows in section["by_bot"].items():
+        for label, r in rows.items():
+            line = f"    {bot:<10} {label:<13} {r['win_pct']:5.1f}% ({r['ci95'][0]:3.0f}-{r['ci95'][1]:3.0f})"
+            if "vs_B" in r:
+                v = r["vs_B"]
+                mw = v["mann_whitney"]
+                line += (
+                    f"  vs B {v['win_pct_points']:+6.1f} pp ({v['ci95'][0]:+.1f}, {v['ci95'][1]:+.1f})"
+                    f"  MWU p {mw['p']:.3g}{mw['stars']} ({mw['direction']})"
+                )
+            if "tags" in r and r["tags"]["total"]:
+                line += f"  tag entropy {r['tags']['entropy_bits']:.2f} bits"
+            print(line)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -299,6 +369,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_oracle(summary["oracle"])
     if summary.get("whitebox"):
         print_whitebox(summary["whitebox"])
+    if summary.get("selector"):
+        print_selector(summary["selector"])
     print(
         f"  time: session {tm['session_wall_s']:.1f} s; cells: compile {tm['cells_compile_s']:.1f} s, "
         f"simulation {tm['cells_simulation_s']:.1f} s, LLM {tm['cells_llm_s']:.1f} s "

@@ -12,6 +12,10 @@ A *cell* is one combination against one bot type. Combinations:
 - W: the white-box squads, the baselines written in the squad-policy language
   (`jaxarena.coder.language.BASELINES`, docs/coder.md), each with A's fixed tag
   (one cell per bot holds every squad's episodes).
+- C: the RL selector (issue #12, `jaxarena.selector`) choosing among the LLM's
+  candidate tags, played by the selector's squad policy (B); with it, by
+  default, its ablations, each a cell of its own labelled "C-<ablation>"
+  (`C_ABLATIONS`, `protocol.selector_cells`).
 
 Bots are named as in `jaxarena.names.BOT_TYPES`; a cell's key is
 `fold_in(PRNGKey(seed), bot_index(bot))`, the same for every combination (the
@@ -30,7 +34,7 @@ from jaxarena.names import BOT_TYPES, bot_index
 from jaxarena.scenarios import DEFAULT_SCENARIO, scenario_overrides
 
 #: Every combination a run may ask for (see the module docstring).
-COMBINATIONS: tuple[str, ...] = ("A", "B", "F", "O", "W")
+COMBINATIONS: tuple[str, ...] = ("A", "B", "C", "F", "O", "W")
 #: What a run plays unless told otherwise: the paper's two (F and O cost minutes more, W seconds).
 DEFAULT_COMBINATIONS: tuple[str, ...] = ("A", "B")
 #: Playouts per tag of the oracle (Combination O and decision pricing) unless told otherwise.
@@ -38,6 +42,13 @@ DEFAULT_ORACLE_ROLLOUTS = 8
 #: How B's LLM runs: "host" (TagSelector via io_callback, with the prompt cache), "graph"
 #: (inside the jitted rollout, `jaxarena.llm.graph_tags`), or "auto" (see `ProtocolRunner.llm_path`).
 LLM_PATHS: tuple[str, ...] = ("auto", "host", "graph")
+#: Combination C's ablations (seed 001), each played as its own cell labelled "C-<name>":
+#: nodeduction: the selector trained without the LLM's deduction, which it then does not get;
+#: N1: no diversity, the LLM's first candidate only (no selector);
+#: llm: the LLM picks among its own candidates (the most probable one);
+#: random: a uniformly random candidate;
+#: scripted: the selector trained against the three scripted bots only (no population).
+C_ABLATIONS: tuple[str, ...] = ("nodeduction", "N1", "llm", "random", "scripted")
 #: Version of the stored cell layout (`cells/<comb>_<bot>.json`); part of every cell's fingerprint.
 CELL_FORMAT = 2  # 2: A cells log the team reward alone (the arena default no longer shapes)
 
@@ -67,6 +78,13 @@ class ProtocolConfig:
     scenario: a preset of `jaxarena.scenarios.SCENARIOS`, the arena of every cell.
     oracle_rollouts: K, the oracle's playouts per tag (Combination O and pricing).
     price_decisions: price every B decision with the oracle (regret, agreement).
+    selector: Combination C's trained selector, a shipped name ("C") or a run
+      directory of `jaxarena-train-selector`; it names its squad policy and table.
+    selector_nodeduction / selector_scripted: the selectors of the "C-nodeduction"
+      and "C-scripted" ablations (trained with `--deduction false` and
+      `--population scripted`).
+    c_ablations: the ablations played beside C (`C_ABLATIONS`; () for none).
+    price_c: price every C decision with the oracle, as `price_decisions` does B's.
     """
 
     episodes: int = 100
@@ -88,6 +106,11 @@ class ProtocolConfig:
     scenario: str = DEFAULT_SCENARIO
     oracle_rollouts: int = DEFAULT_ORACLE_ROLLOUTS
     price_decisions: bool = False
+    selector: str = "C"
+    selector_nodeduction: str = "C-nodeduction"
+    selector_scripted: str = "C-scripted"
+    c_ablations: tuple[str, ...] = C_ABLATIONS
+    price_c: bool = False
 
     def __post_init__(self):
         for b in self.bots:
@@ -111,19 +134,38 @@ class ProtocolConfig:
             raise ValueError(f"oracle_rollouts must be >= 1, got {self.oracle_rollouts}")
         if self.price_decisions and "B" not in self.combinations:
             raise ValueError("price_decisions prices Combination B's LLM decisions: add B to the combinations")
+        for a in self.c_ablations:
+            if a not in C_ABLATIONS:
+                raise ValueError(f"unknown C ablation {a!r}; choose from {', '.join(C_ABLATIONS)}")
+        if len(set(self.c_ablations)) != len(self.c_ablations):
+            raise ValueError(f"C ablations repeat: {self.c_ablations}")
+        if self.price_c and "C" not in self.combinations:
+            raise ValueError("price_c prices Combination C's decisions: add C to the combinations")
 
     def policy_for(self, combination: str) -> str:
         if combination == "W":  # several policies: a caller that wants one has mistaken W for A
             raise ValueError("Combination W plays several squads; see whitebox_specs()")
+        if is_selector_label(combination):
+            raise ValueError(f"{combination} plays its selector's squad policy; see protocol.selector_cells")
         return self.policy_a if combination == "A" else self.policy_b
 
+    def labels(self) -> list[str]:
+        """The run's cell labels in order: the combinations as given, C followed by its ablations."""
+        return [label for c in self.combinations for label in (self.c_labels() if c == "C" else [c])]
+
+    def c_labels(self) -> list[str]:
+        """ "C" and its ablations' labels ("C-N1", ...), or [] when the run has no Combination C."""
+        return ["C", *(f"C-{a}" for a in self.c_ablations)] if "C" in self.combinations else []
+
     def cells(self) -> list[tuple[str, str]]:
-        """(combination, bot) in run order: combination by combination, as given (A, B by default)."""
-        return [(c, b) for c in self.combinations for b in self.bots]
+        """(label, bot) in run order: combination by combination, as given (A, B by default); C's
+        ablations follow C, each a cell of its own."""
+        return [(c, b) for c in self.labels() for b in self.bots]
 
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["bots"], d["combinations"] = list(self.bots), list(self.combinations)
+        d["c_ablations"] = list(self.c_ablations)
         return d
 
     def identity_dict(self) -> dict:
@@ -139,8 +181,12 @@ class ProtocolConfig:
             ("scenario", DEFAULT_SCENARIO),
             ("oracle_rollouts", DEFAULT_ORACLE_ROLLOUTS),
             ("price_decisions", False),
+            ("price_c", False),
         ):
             if d[name] == default:
+                del d[name]
+        if "C" not in self.combinations:  # C's options change nothing without C: keep the older run ids
+            for name in ("selector", "selector_nodeduction", "selector_scripted", "c_ablations"):
                 del d[name]
         return d
 
@@ -148,6 +194,11 @@ class ProtocolConfig:
 def cell_name(combination: str, bot: str) -> str:
     """ "A_balanced": the cell's name in `cells/`, `summary.json` and the timings."""
     return f"{combination}_{bot}"
+
+
+def is_selector_label(label: str) -> bool:
+    """Whether a cell label is Combination C's ("C") or one of its ablations' ("C-N1", ...)."""
+    return label == "C" or label.startswith("C-")
 
 
 def cell_key_data(seed: int, bot: str) -> np.ndarray:

@@ -18,6 +18,9 @@ and differs only in
   embedded model's choice decoding only). Both write the same decision records. With
   `price_decisions` the B rollout also records its decision states, and
   `pricing.DecisionPricer` adds the oracle's verdict to every decision record.
+  C and its ablations ("C-N1", ...) are played by `selector_cells` (the
+  selector's squad, the RL selector or an ablation's chooser as the tag
+  source, in the graph); with `price_c` C's decisions are priced as B's.
 
 Paired design: a cell's key depends only on (seed, bot), so every combination
 meets the same spawns, the same balanced-bot schedules and the same
@@ -46,7 +49,8 @@ from jaxarena.files import write_atomic
 from jaxarena.names import NUM_TAGS
 from jaxarena.scenarios import DEFAULT_SCENARIO
 
-from .config import CELL_FORMAT, ProtocolConfig, cell_key_data, cell_name, whitebox_specs
+from . import selector_cells
+from .config import CELL_FORMAT, ProtocolConfig, cell_key_data, cell_name, is_selector_label, whitebox_specs
 from .policies import DEFAULT_ENV_ID, policy_env_id, resolve_policy
 from .pricing import PRICING_STREAM, DecisionPricer, active_states, annotate
 
@@ -99,7 +103,8 @@ class ProtocolRunner:
         self._compiled: dict[str, Any] = {}
         self._selector = None
         self._graph = None
-        self._pricer: DecisionPricer | None = None
+        self._pricers: dict[Any, DecisionPricer] = {}  # by squad policy: B's and C's may differ
+        self._c: selector_cells.SelectorCells | None = None
         self._period_hook: Callable[[float, int], None] | None = None  # O's progress: (time_s, ended episodes)
         self._extra_post: dict[str, str] = {}
         self._llm_path: tuple[str, str] | None = None
@@ -108,7 +113,15 @@ class ProtocolRunner:
 
     # -- identity --
     def policy(self, combination: str):
+        if is_selector_label(combination):  # C and its ablations play their selector's squad
+            return self.resolve(self.selector_cells().squad_spec(combination))
         return self.resolve(self.config.policy_for(combination))
+
+    def selector_cells(self) -> selector_cells.SelectorCells:
+        """Combination C's selectors, tables and programs (`protocol.selector_cells`)."""
+        if self._c is None:
+            self._c = selector_cells.SelectorCells(self.config, self.session)
+        return self._c
 
     def whitebox(self) -> dict[str, tuple]:
         """Combination W's squads: baseline name -> (policy, params, checksum, source)."""
@@ -170,6 +183,8 @@ class ProtocolRunner:
                 fp["pricing"] = {"rollouts": c.oracle_rollouts}
         elif combination == "F":
             fp["tags"] = list(range(NUM_TAGS))
+        elif is_selector_label(combination):
+            fp.update(self.selector_cells().fingerprint(combination))
         else:
             fp["oracle"] = {"rollouts": c.oracle_rollouts}
         # Only where it is not the paper's arena: cells stored before scenarios existed still resume.
@@ -311,6 +326,10 @@ class ProtocolRunner:
         if combination == "W":
             return self._whitebox_rollouts(env, env_params, key)
         policy, params, _, _ = self.policy(combination)
+        if is_selector_label(combination):
+            program, compile_s = self.selector_cells().compile(combination, env, env_params, policy, params, key)
+            self._compiled[combination] = program
+            return program, compile_s
         latency = c.latency_steps if combination == "B" else 0
         # Only a B run that prices its decisions keeps the states: the default B program is unchanged.
         record = combination == "B" and c.price_decisions
@@ -400,12 +419,13 @@ class ProtocolRunner:
         return StateTagSource(choose)
 
     def pricer(self, env, env_params, policy) -> DecisionPricer:
-        if self._pricer is None:
+        """One compiled pricer per squad policy for the run (B's and C's are usually the same one)."""
+        if policy not in self._pricers:
             c = self.config
-            self._pricer = DecisionPricer(
+            self._pricers[policy] = DecisionPricer(
                 env, env_params, policy, rollouts=c.oracle_rollouts, horizon_periods=c.num_periods
             )
-        return self._pricer
+        return self._pricers[policy]
 
     def run_cell(self, combination: str, bot: str, on_progress: Callable[[int], None] = lambda n: None) -> dict:
         """Computes one cell and writes it atomically; returns it."""
@@ -517,7 +537,10 @@ class ProtocolRunner:
             cell["llm"] = delta
             cell["timing"]["llm_s"] = delta["host_seconds"]
             cell["timing"]["simulation_s"] = max(0.0, wall - delta["host_seconds"])
-        if combination == "B" and c.price_decisions:
+        if is_selector_label(combination):  # the selector and the LLM's table ran inside the rollout
+            cell["decisions"] = selector_cells.records(combination, bot, result, period_s)
+        priced = c.price_decisions if combination == "B" else c.price_c if combination == "C" else False
+        if priced:
             cell["decisions"], cell["timing"]["pricing"] = self._price(
                 result, cell["decisions"], env, env_params, policy, params, key, period_s, on_progress
             )

@@ -24,6 +24,7 @@ from jaxarena.names import DECISION_PERIOD_S, DT, EPISODE_S, FALLBACK_REASONS, N
 from . import stats
 from .config import ProtocolConfig, episode_sets
 from .figures import make_figures
+from .selector_summary import selector_summary
 from .tables import PAPER_TABLE6, PAPER_TABLE7, PAPER_TABLE8, PAPER_TABLE9, render_report
 
 EPISODE_COLUMNS = (
@@ -215,6 +216,11 @@ def summarize(cells: dict[str, dict], config: ProtocolConfig, meta: dict) -> dic
         "timings": timings,
         **({"oracle": oracle_summary(by, descriptive, config)} if uses_oracle(config) else {}),
         **({"whitebox": whitebox_summary(by, descriptive, config)} if "W" in config.combinations else {}),
+        **(
+            {"selector": selector_summary(by, descriptive, config, meta.get("selectors"))}
+            if "C" in config.combinations
+            else {}
+        ),
         "paper": {"table6": PAPER_TABLE6, "table7": PAPER_TABLE7, "table8": PAPER_TABLE8, "table9": PAPER_TABLE9},
     }
 

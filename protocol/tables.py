@@ -342,6 +342,10 @@ def render_report(summary: dict, figures: Sequence[str] = ()) -> str:
         lines += _oracle_table(summary["oracle"])
     if summary.get("whitebox"):
         lines += _whitebox_table(summary["whitebox"])
+    if summary.get("selector"):
+        from .selector_tables import selector_tables  # imported here: it takes format_p from this module
+
+        lines += selector_tables(summary["selector"])
     if figures:
         lines += ["## Figures", ""] + [f"![{Path(f).stem}]({Path(f).name})" for f in figures] + [""]
     tm = summary["timings"]
@@ -362,7 +366,7 @@ def render_report(summary: dict, figures: Sequence[str] = ()) -> str:
         *([f"- LLM path: {tm['llm_path']} ({tm.get('llm_path_reason', '')})."] if tm.get("llm_path") else []),
         *(
             [
-                f"- Pricing B's decisions with the oracle: {tm['cells_pricing_s']:.1f} s "
+                f"- Pricing decisions with the oracle: {tm['cells_pricing_s']:.1f} s "
                 f"(+ {tm['cells_pricing_compile_s']:.1f} s compile), not in the simulation time."
             ]
             if "cells_pricing_s" in tm

@@ -1,0 +1,160 @@
+"""A learned bot, trained with PPO against a frozen squad: checkpoints for the opponent population.
+
+    squad, squad_params = load_policy("B")
+    _, env_params = jaxarena.make("Arena-v0", scenario="headroom")
+    checkpoints, metrics = train_bot(squad, squad_params, env_params, jax.random.PRNGKey(0),
+                                     total_steps=2_000_000, num_envs=64, checkpoint_every=500_000)
+    _, params = jaxarena.make("Arena-v0", scenario="headroom", bot="learned", bot_weights=checkpoints[-1])
+
+The environment is `jaxarena.bot_arena.BotArena` (the bot learns, the squad's
+tag is redrawn every 5 s), the learner `algorithms.ppo_core`. The network is
+the arena's own MLP (`jaxarena.learned_bot`) wrapped as a flax module, so a
+checkpoint, `params["params"]["actor"]`, is exactly the pytree
+`EnvParams.bot_weights` takes: the arena plays it without this module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxarena.bot_arena import BotArena
+from jaxarena.learned_bot import bot_logits, bot_value, init_bot_value_weights, init_bot_weights
+from jaxarena.names import BOT_LEARNED, BOT_WIN, NPC_WIN, NUM_TAGS, TIMEOUT
+from jaxarena.runner import make_runner
+from jaxarena.types import EnvParams
+
+from .ppo_core import CoreConfig, make_core_trainer
+
+#: PPO settings for the bot (per tick, one agent per arena); `train_bot(config=...)` overrides.
+DEFAULT_CONFIG = CoreConfig(num_envs=64, num_steps=64, update_epochs=4, num_minibatches=4, gamma=0.99, ent_coef=0.01)
+
+
+class BotActorCritic(nn.Module):
+    """`apply(params, obs) -> (logits (B, 9), value (B,))` over the learned bot's MLPs.
+
+    The actor's parameters are `init_bot_weights`' dict as is, under "actor",
+    so `params["params"]["actor"]` is a bot the arena can run.
+    """
+
+    hidden: int = 64
+
+    @nn.compact
+    def __call__(self, obs):
+        actor = self.param("actor", lambda key: init_bot_weights(key, self.hidden))
+        critic = self.param("critic", lambda key: init_bot_value_weights(key, self.hidden))
+        return bot_logits(actor, obs), bot_value(critic, obs)
+
+
+def actor_weights(network_params) -> dict:
+    """The bot weights (`EnvParams.bot_weights`) inside `BotActorCritic` parameters."""
+    return network_params["params"]["actor"]
+
+
+def train_bot(
+    squad_policy: Callable,
+    squad_params: Any,
+    env_params: EnvParams,
+    key: jax.Array,
+    total_steps: int,
+    num_envs: int = 64,
+    checkpoint_every: int | None = None,
+    *,
+    config: CoreConfig | None = None,
+    hidden: int = 64,
+    env_id: str | None = None,
+    approach_shaping: float = 1.0,
+) -> tuple[list[dict], dict[str, np.ndarray]]:
+    """Train a bot against `squad_policy`; returns (checkpoints, oldest first; metrics per update).
+
+    `total_steps` and `checkpoint_every` count arena ticks over all arenas
+    (env steps); both round to whole PPO updates of `num_envs` x
+    `config.num_steps` ticks, at least one. A checkpoint is taken every
+    `checkpoint_every` steps (default: only at the end) and always at the end,
+    so the list is never empty. Each is a bot-weights pytree on the host.
+    `metrics` holds one entry per update (`ppo_core`'s: losses, reward_mean,
+    episodes, and the episode-end means of `BotArena`'s info: bot_win,
+    npc_win, timeout, damage_dealt, damage_taken, episode_return, episode_s)
+    plus `env_steps`, the ticks trained after each update. `approach_shaping`
+    is `BotArena`'s potential-based lead towards the squad (0 turns it off;
+    without it the bot rarely meets a squad that waits, and learns to idle).
+    """
+    base = DEFAULT_CONFIG if config is None else config
+    for name, value in (("num_envs", num_envs), ("total_steps", total_steps), ("checkpoint_every", checkpoint_every)):
+        if value is not None and (isinstance(value, bool) or int(value) != value or int(value) < 1):
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    per_update = int(num_envs) * base.num_steps
+    total_updates = max(1, round(int(total_steps) / per_update))
+    every = total_updates if checkpoint_every is None else max(1, round(int(checkpoint_every) / per_update))
+    every = min(every, total_updates)
+    config = dataclasses.replace(base, num_envs=int(num_envs), total_updates=total_updates)
+    env = BotArena(
+        squad_policy,
+        squad_params,
+        env_params,
+        config.num_envs,
+        env_id=env_id,
+        approach_shaping=approach_shaping,
+        gamma=config.gamma,
+        stagger=True,
+    )
+    trainer = make_core_trainer(env, BotActorCritic(hidden=hidden), config)
+    run = jax.jit(trainer.run_updates, static_argnums=1)
+
+    state = jax.jit(trainer.init)(key)
+    checkpoints, chunks, done = [], [], 0
+    while done < total_updates:
+        n = min(every, total_updates - done)
+        state, metrics = run(state, n)
+        done += n
+        checkpoints.append(jax.device_get(actor_weights(state.train_state.params)))
+        chunks.append(jax.device_get(metrics))
+    metrics = {k: np.concatenate([np.asarray(c[k]) for c in chunks]) for k in chunks[0]}
+    metrics["env_steps"] = metrics["update"].astype(np.int64) * per_update
+    return checkpoints, metrics
+
+
+def random_tags(features, prev_tags, done, time_s, key) -> jax.Array:
+    """A tag source drawing every episode's tag uniformly each decision period, as `BotArena` does."""
+    return jax.random.randint(key, prev_tags.shape, 0, NUM_TAGS, dtype=jnp.int32)
+
+
+def evaluate_bot(
+    weights: dict,
+    squad_policy: Callable,
+    squad_params: Any,
+    env_params: EnvParams,
+    key: jax.Array,
+    num_episodes: int = 256,
+    env_id: str | None = None,
+) -> dict[str, float]:
+    """Play `num_episodes` first episodes of the arena's learned bot (`weights`) against the squad.
+
+    Runs through the episode runner with `bot_type` BOT_LEARNED and
+    `bot_weights` set, i.e. the arena's own path, with the squad's tag drawn
+    uniformly every decision period. Returns the bot's win rate, the squad's
+    win rate, the timeout rate, and the mean damage per episode the bot dealt
+    (`squad_damage_taken`) and took (`bot_damage_taken`), in HP.
+    """
+    from jaxarena.env import Arena
+
+    env_id = env_id or getattr(squad_policy, "env_id", "Arena-v0")
+    params = env_params.replace(bot_type=BOT_LEARNED, bot_weights=jax.tree.map(jnp.asarray, weights))
+    arena = Arena(params, observe_facing=env_id == "ArenaFacing-v0", observe_formation=env_id == "ArenaFormation-v0")
+    run = jax.jit(make_runner(arena, params, squad_policy, random_tags, num_episodes))
+    result = jax.device_get(run(squad_params, params, key))
+    outcome = np.asarray(result.outcome)
+    return {
+        "bot_win": float(np.mean(outcome == BOT_WIN)),
+        "npc_win": float(np.mean(outcome == NPC_WIN)),
+        "timeout": float(np.mean(outcome == TIMEOUT)),
+        "squad_damage_taken": float(np.mean(result.damage_taken)),
+        "bot_damage_taken": float(np.mean(result.damage_dealt)),
+        "episodes": int(num_episodes),
+    }

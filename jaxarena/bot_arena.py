@@ -1,0 +1,212 @@
+"""The arena from the bot's side: a batched single-agent environment for training a learned bot.
+
+    squad, squad_params = load_policy("B")            # jaxarena.algorithms.checkpoint
+    env = BotArena(squad, squad_params, env_params, num_envs=64)
+    obs, state = env.reset(key)                       # obs (num_envs, BOT_OBS_SIZE)
+    obs, state, reward, done, info = env.step(key, state, action)   # action (num_envs,) int32
+
+The bot is the learner: each tick it picks one of `NUM_BOT_ACTIONS` moves
+(`jaxarena.learned_bot`), and strikes by the scripted rule. The squad is a
+frozen NPC policy `policy(params, obs (5, obs_size), key) -> actions (5,)`,
+e.g. the shipped B. Its strategy tag is redrawn uniformly from `tags` at
+every decision period (`decision_period_s`, 5 s) through `Arena.retag`, so the
+bot meets every squad strategy, switched as a tag source would switch them.
+
+Reward per tick (bot's view): damage dealt to the squad / (5 x npc_hp) minus
+damage taken / bot_hp, plus `WIPE_REWARD` (+1) on the tick the squad is wiped
+out and `DEATH_PENALTY` (-1) on the tick the bot dies (both on one tick counts
+as the bot dying, as the arena scores it). Over a whole episode the damage terms
+lie in [-1, 1].
+
+`approach_shaping` > 0 adds potential-based shaping (Ng et al., 1999), which
+leaves the best policy unchanged: gamma x phi(next) - phi(now), with phi =
+-approach_shaping x (distance to the nearest living NPC beyond the bot's melee
+range) / arena diagonal, and phi = 0 once the episode has ended. The squad
+keeps away from a bot that does not come to it (the shipped B does), so a
+bot exploring at random almost never lands a strike; the shaping leads it
+in. `info["episode_return"]` sums the unshaped reward, so runs with and
+without shaping compare.
+
+Episodes auto-reset. `info` entries are (num_envs,) and are meaningful on the
+ticks an episode ends (zero elsewhere): `bot_win`, `npc_win`, `timeout`
+(1.0 for the way it ended), `damage_dealt` and `damage_taken` (the bot's, over
+the episode, in HP), `episode_return` and `episode_s`. A timeout ends the game
+as a win or a wipe does, so `done` needs no bootstrap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from .env import Arena, checked_actions
+from .learned_bot import BOT_OBS_SIZE, NUM_BOT_ACTIONS, bot_observation
+from .names import BOT_LEARNED, NUM_NPCS, NUM_TAGS
+from .physics import norm
+from .spawn import initial_state
+from .types import EnvParams, EnvState, arena_diagonal, ticks
+
+WIPE_REWARD = 1.0
+DEATH_PENALTY = -1.0
+_VARIANTS = {
+    "Arena-v0": {},
+    "ArenaFacing-v0": {"observe_facing": True},
+    "ArenaFormation-v0": {"observe_formation": True},
+}
+
+
+@struct.dataclass
+class BotArenaState:
+    """The batch's arenas and what the bot's side keeps between ticks; leaves lead with num_envs."""
+
+    env: EnvState
+    squad_obs: jax.Array  # (num_envs, 5, obs_size), the squad's observation, tag slot current
+    episode_return: jax.Array  # (num_envs,) float32, the bot's reward so far this episode
+
+
+def approach_potential(state: EnvState, params: EnvParams) -> jax.Array:
+    """() float32: -(distance to the nearest living NPC beyond the bot's melee range) / arena diagonal."""
+    dist = jnp.where(state.npc_hp > 0.0, norm(state.npc_pos - state.bot_pos), jnp.inf)
+    gap = jnp.maximum(jnp.min(dist) - params.bot_melee_range, 0.0)
+    return jnp.where(jnp.isfinite(gap), -gap / arena_diagonal(params), 0.0).astype(jnp.float32)
+
+
+def bot_reward(state: EnvState, stepped: EnvState, params: EnvParams) -> jax.Array:
+    """() float32: the bot's reward for the tick from `state` to `stepped` (module docstring)."""
+    dealt = jnp.sum(state.npc_hp - stepped.npc_hp) / (NUM_NPCS * params.npc_hp)
+    taken = (state.bot_hp - stepped.bot_hp) / params.bot_hp
+    died = stepped.bot_hp <= 0.0
+    wiped = jnp.all(stepped.npc_hp <= 0.0) & ~died
+    return (dealt - taken + WIPE_REWARD * wiped + DEATH_PENALTY * died).astype(jnp.float32)
+
+
+class BotArena:
+    """`num_envs` arenas where the learner is the bot and a frozen squad plays the NPCs (module docstring)."""
+
+    num_actions = NUM_BOT_ACTIONS
+    obs_size = BOT_OBS_SIZE
+
+    def __init__(
+        self,
+        squad_policy: Callable,
+        squad_params: Any,
+        env_params: EnvParams,
+        num_envs: int,
+        env_id: str | None = None,
+        tags: tuple[int, ...] = tuple(range(NUM_TAGS)),
+        approach_shaping: float = 0.0,
+        gamma: float = 0.99,
+        stagger: bool = False,
+    ):
+        """`env_id` is the arena variant whose observation the squad reads; default
+        `squad_policy.env_id` ("Arena-v0" if it has none). `env_params` gives the
+        rules (a scenario's, e.g. `jaxarena.make("Arena-v0", scenario="headroom")[1]`);
+        its bot becomes the learned one, driven by the actions passed to `step`.
+        `tags` are the squad strategies drawn from; `approach_shaping` and
+        `gamma` (the learner's discount) set the shaping of the module docstring.
+        `stagger` starts each arena's first episode at a random tick (its clock,
+        which the bot observes, runs from there), so the batch does not play
+        every episode in lockstep: a learner's update then sees all phases of
+        a fight rather than the same few seconds of each.
+        """
+        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
+            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+        env_id = env_id or getattr(squad_policy, "env_id", "Arena-v0")
+        if env_id not in _VARIANTS:
+            raise ValueError(f"unknown env id {env_id!r}; the squad can read {', '.join(_VARIANTS)}")
+        tags = tuple(int(t) for t in tags)
+        if not tags or any(not 0 <= t < NUM_TAGS for t in tags):
+            raise ValueError(f"tags must be a non-empty tuple of codes in 0..{NUM_TAGS - 1}, got {tags}")
+        period = float(np.asarray(env_params.decision_period_s)) / float(np.asarray(env_params.dt))
+        if round(period) < 1 or abs(period - round(period)) > 1e-6:
+            raise ValueError("decision_period_s must be a whole, positive number of ticks of dt")
+        self.num_envs = int(num_envs)
+        self.params = env_params.replace(bot_type=BOT_LEARNED, bot_weights=None)
+        self.arena = Arena(self.params, **_VARIANTS[env_id])
+        self.squad_policy = squad_policy
+        self.squad_params = squad_params
+        self.tags = jnp.asarray(tags, jnp.int32)
+        self.period_ticks = int(round(period))
+        if not (np.isfinite(approach_shaping) and approach_shaping >= 0.0) or not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"need approach_shaping >= 0 and gamma in [0, 1], got {approach_shaping}, {gamma}")
+        self.approach_shaping = float(approach_shaping)
+        self.gamma = float(gamma)
+        self.stagger = bool(stagger)
+
+    def _observe(self, state: EnvState) -> jax.Array:
+        return jax.vmap(bot_observation, in_axes=(0, None))(state, self.params)
+
+    def reset(self, key: jax.Array) -> tuple[jax.Array, BotArenaState]:
+        """Fresh arenas: (obs (num_envs, BOT_OBS_SIZE), state). Tags are drawn on the first step."""
+        k_reset, k_clock = jax.random.split(key)
+        squad_obs, env_state = jax.vmap(self.arena.reset, in_axes=(0, None))(
+            jax.random.split(k_reset, self.num_envs), self.params
+        )
+        if self.stagger:
+            last = ticks(self.params.episode_s, self.params.dt)
+            env_state = env_state.replace(t=jax.random.randint(k_clock, (self.num_envs,), 0, last, jnp.int32))
+        state = BotArenaState(env_state, squad_obs, jnp.zeros((self.num_envs,), jnp.float32))
+        return self._observe(env_state), state
+
+    def step(self, key: jax.Array, state: BotArenaState, action: jax.Array):
+        """One tick of every arena: (obs, state, reward, done, info), finished episodes reset."""
+        action = jnp.asarray(action)
+        if action.shape != (self.num_envs,) or not jnp.issubdtype(action.dtype, jnp.integer):
+            raise ValueError(
+                f"action must be int32 of shape ({self.num_envs},), one in 0..{NUM_BOT_ACTIONS - 1} per arena, "
+                f"got {action.dtype}{list(action.shape)}"
+            )
+        params, n = self.params, self.num_envs
+        k_tag, k_squad, k_env = jax.random.split(key, 3)
+        env_state = state.env
+
+        # A new squad strategy at each decision point, the episode's first tick included.
+        drawn = self.tags[jax.random.randint(k_tag, (n,), 0, self.tags.shape[0])]
+        tag = jnp.where(env_state.t % self.period_ticks == 0, drawn, env_state.tag)
+        squad_obs, env_state = jax.vmap(self.arena.retag, in_axes=(0, 0, 0, None))(
+            state.squad_obs, env_state, tag, params
+        )
+        squad_act = jax.vmap(lambda o, k: checked_actions(self.squad_policy(self.squad_params, o, k)))(
+            squad_obs, jax.random.split(k_squad, n)
+        )
+        env_keys = jax.random.split(k_env, n)
+        stepped, _, terminated, truncated, _ = jax.vmap(self.arena.step_env, in_axes=(0, 0, 0, None, 0))(
+            env_keys, env_state, squad_act, params, action
+        )
+        game_reward = jax.vmap(bot_reward, in_axes=(0, 0, None))(env_state, stepped, params)
+        done = terminated | truncated
+        episode_return = state.episode_return + game_reward
+        reward = game_reward
+        if self.approach_shaping > 0.0:
+            potential = jax.vmap(approach_potential, in_axes=(0, None))
+            after = jnp.where(done, 0.0, potential(stepped, params))
+            reward = reward + self.approach_shaping * (self.gamma * after - potential(env_state, params))
+
+        # Auto-reset as `Arena.step` does: a fresh draw salted with the episode count.
+        fresh = jax.vmap(lambda k, s: initial_state(k, params, salt=s.episode + 1).replace(episode=s.episode + 1))(
+            env_keys, stepped
+        )
+        next_state = jax.tree.map(
+            lambda a, b: jnp.where(done.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), fresh, stepped
+        )
+        died = stepped.bot_hp <= 0.0
+        wiped = jnp.all(stepped.npc_hp <= 0.0, axis=-1) & ~died
+        ended = done.astype(jnp.float32)
+        info = {
+            "bot_win": ended * wiped,
+            "npc_win": ended * died,
+            "timeout": ended * (truncated & ~terminated),
+            # EnvState counts from the squad's side: its damage_taken is what the bot dealt.
+            "damage_dealt": ended * stepped.damage_taken,
+            "damage_taken": ended * stepped.damage_dealt,
+            "episode_return": ended * episode_return,
+            "episode_s": ended * stepped.t.astype(jnp.float32) * params.dt,
+        }
+        next_squad_obs = jax.vmap(self.arena.observe, in_axes=(0, None))(next_state, params)
+        new = BotArenaState(next_state, next_squad_obs, jnp.where(done, 0.0, episode_return))
+        return self._observe(next_state), new, reward, done, info

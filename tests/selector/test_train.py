@@ -1,0 +1,82 @@
+"""The selector's training command: outputs, resume after a crash, loading by directory, CLI flags."""
+
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from jaxarena.selector import train as train_mod
+from jaxarena.selector.inputs import CANDIDATE_SIZE, STATE_SIZE, SelectorObs
+from jaxarena.selector.train import SelectorConfig, load_selector, parse_args, train
+
+TINY = dict(num_envs=16, num_steps=4, total_decisions=16 * 4 * 4, chunk_updates=2, learned_slots=0)
+
+
+def test_config_and_cli_flags():
+    config, args = parse_args(["--out", "x", "--deduction", "false", "--total-decisions", "1e4", "--style", "vanilla"])
+    assert config.deduction is False and config.total_decisions == 10_000 and config.style == "vanilla"
+    assert args.out == "x"
+    for bad in ({"population": "everyone"}, {"scenario": "moon"}, {"style": "x"}, {"num_envs": 0}):
+        with pytest.raises(ValueError):
+            SelectorConfig(**bad)
+
+
+def test_train_writes_everything_and_resumes_after_a_crash(tmp_path, monkeypatch):
+    config = SelectorConfig(**TINY)
+    out = tmp_path / "run"
+    real_save, saves = train_mod._save, []
+
+    def crash_after_first_chunk(path, payload):
+        real_save(path, payload)
+        saves.append(payload["update"])
+        if len(saves) == 1:
+            raise KeyboardInterrupt("simulated crash")
+
+    monkeypatch.setattr(train_mod, "_save", crash_after_first_chunk)
+    with pytest.raises(KeyboardInterrupt):
+        train(config, out, progress=False)
+    first_rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in first_rows] == [1, 2]
+    last = train(config, out, progress=False)
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in rows] == [1, 2, 3, 4]  # nothing redone, nothing missing
+    assert rows[:2] == first_rows
+    assert saves == [2, 4]
+    assert last["update"] == 4 and (out / "curves.png").exists()
+    assert rows[-1]["decisions_per_s"] > 0 and rows[-1]["env_steps_per_s"] > rows[-1]["decisions_per_s"]
+    with pytest.raises(ValueError, match="another config"):
+        train(SelectorConfig(**{**TINY, "lr": 0.5}), out, progress=False)
+
+    loaded_config, network, params = load_selector(out)
+    assert loaded_config == config
+    zeros = np.zeros((2, 3, CANDIDATE_SIZE), np.float32)
+    obs = SelectorObs(np.zeros((2, STATE_SIZE), np.float32), zeros, np.ones((2, 3), bool))
+    logits, value = network.apply(params, obs)
+    assert logits.shape == (2, 3) and np.all(np.isfinite(np.asarray(value)))
+
+
+def test_load_selector_names_the_shipped_ones():
+    with pytest.raises(FileNotFoundError, match="shipped selectors"):
+        load_selector("no-such-selector")
+
+
+def test_learned_bot_checkpoints_join_the_population_by_generation(tmp_path):
+    from flax import serialization
+
+    from jaxarena.names import BOT_LEARNED
+
+    config = SelectorConfig(**{**TINY, "learned_slots": 2, "bot_steps": 4096, "chunk_updates": 1})
+    out = tmp_path / "run"
+    train(config, out, progress=False)
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    # Four updates in two generations: the second checkpoint joins before update 3.
+    assert [r["learned_bots"] for r in rows] == [1, 1, 2, 2]
+    saved = serialization.msgpack_restore((out / "selector.msgpack").read_bytes())
+    weights = np.asarray(saved["population"]["weights"])
+    bot_types = np.asarray(saved["population"]["params"]["bot_type"])
+    np.testing.assert_array_equal(weights[bot_types == BOT_LEARNED], 1.0)
+    assert (out / "bots.msgpack").exists() and (out / "bot_metrics.json").exists()
+    bots = serialization.msgpack_restore((out / "bots.msgpack").read_bytes())
+    first, second = (np.concatenate([np.ravel(x) for x in jax.tree.leaves(b)]) for b in bots.values())
+    assert not np.allclose(first, second)  # two different checkpoints
