@@ -69,21 +69,25 @@ def train_bot(
     config: CoreConfig | None = None,
     hidden: int = 64,
     env_id: str | None = None,
-    approach_shaping: float = 1.0,
+    approach_shaping: float = 3.0,
 ) -> tuple[list[dict], dict[str, np.ndarray]]:
     """Train a bot against `squad_policy`; returns (checkpoints, oldest first; metrics per update).
 
     `total_steps` and `checkpoint_every` count arena ticks over all arenas
-    (env steps); both round to whole PPO updates of `num_envs` x
-    `config.num_steps` ticks, at least one. A checkpoint is taken every
-    `checkpoint_every` steps (default: only at the end) and always at the end,
-    so the list is never empty. Each is a bot-weights pytree on the host.
+    (env steps). Training runs round(total_steps / (`num_envs` x
+    `config.num_steps`)) PPO updates, at least one, and takes
+    round(total_steps / checkpoint_every) checkpoints (default one) evenly
+    spaced, the last at the end, so the list is never empty. Each is a
+    bot-weights pytree on the host; `metrics["checkpoint_env_steps"]` says
+    after how many env steps each was taken.
     `metrics` holds one entry per update (`ppo_core`'s: losses, reward_mean,
     episodes, and the episode-end means of `BotArena`'s info: bot_win,
     npc_win, timeout, damage_dealt, damage_taken, episode_return, episode_s)
     plus `env_steps`, the ticks trained after each update. `approach_shaping`
     is `BotArena`'s potential-based lead towards the squad (0 turns it off;
     without it the bot rarely meets a squad that waits, and learns to idle).
+    Against B on `headroom` (2M steps) weight 1 found the fight in 1 of 3
+    seeds and weight 3 in 4 of 4, hence the default.
     """
     base = DEFAULT_CONFIG if config is None else config
     for name, value in (("num_envs", num_envs), ("total_steps", total_steps), ("checkpoint_every", checkpoint_every)):
@@ -91,8 +95,10 @@ def train_bot(
             raise ValueError(f"{name} must be a positive int, got {value!r}")
     per_update = int(num_envs) * base.num_steps
     total_updates = max(1, round(int(total_steps) / per_update))
-    every = total_updates if checkpoint_every is None else max(1, round(int(checkpoint_every) / per_update))
-    every = min(every, total_updates)
+    n_checkpoints = 1 if checkpoint_every is None else max(1, round(int(total_steps) / int(checkpoint_every)))
+    n_checkpoints = min(n_checkpoints, total_updates)
+    # Evenly spaced: chunks differ by at most one update, so at most two scan lengths compile.
+    bounds = [round(k * total_updates / n_checkpoints) for k in range(n_checkpoints + 1)]
     config = dataclasses.replace(base, num_envs=int(num_envs), total_updates=total_updates)
     env = BotArena(
         squad_policy,
@@ -108,15 +114,14 @@ def train_bot(
     run = jax.jit(trainer.run_updates, static_argnums=1)
 
     state = jax.jit(trainer.init)(key)
-    checkpoints, chunks, done = [], [], 0
-    while done < total_updates:
-        n = min(every, total_updates - done)
-        state, metrics = run(state, n)
-        done += n
+    checkpoints, chunks = [], []
+    for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
+        state, metrics = run(state, stop - start)
         checkpoints.append(jax.device_get(actor_weights(state.train_state.params)))
         chunks.append(jax.device_get(metrics))
     metrics = {k: np.concatenate([np.asarray(c[k]) for c in chunks]) for k in chunks[0]}
     metrics["env_steps"] = metrics["update"].astype(np.int64) * per_update
+    metrics["checkpoint_env_steps"] = np.asarray(bounds[1:], np.int64) * per_update
     return checkpoints, metrics
 
 

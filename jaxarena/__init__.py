@@ -56,12 +56,18 @@ if TYPE_CHECKING:
 
 # Submodules reachable as attributes (`jaxarena.wrappers.LogWrapper`) without an explicit import.
 _SUBMODULES = (
+    "bot_arena",
     "bots",
     "demo",
     "env",
     "files",
+    "formations",
+    "history",
+    "intents",
+    "learned_bot",
     "names",
     "observe",
+    "oracle",
     "physics",
     "policies",
     "registry",

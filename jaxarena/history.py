@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from .bots import MODE_EVASIVE
-from .names import BOT_BALANCED, BOT_EVASIVE
+from .names import BOT_AGGRESSIVE, BOT_BALANCED, BOT_EVASIVE
 from .physics import norm, safe_unit
 from .types import EnvParams, EnvState
 
@@ -98,7 +98,9 @@ def push(history: DecisionHistory, state: EnvState, params: EnvParams) -> Decisi
 
 
 def opponent_class(state: EnvState, params: EnvParams) -> jax.Array:
-    """() int32: the truth the deduction is scored against, an index into `OPPONENT_CLASSES`."""
+    """() int32: the truth the deduction is scored against, an index into `OPPONENT_CLASSES`;
+    -1 for a bot outside them (the learned bot, `BOT_LEARNED`)."""
     bot_type = jnp.asarray(params.bot_type, jnp.int32)
     balanced = jnp.where(state.bot_mode == MODE_EVASIVE, 3, 2)
-    return jnp.where(bot_type == BOT_BALANCED, balanced, jnp.where(bot_type == BOT_EVASIVE, 1, 0)).astype(jnp.int32)
+    by_type = [bot_type == BOT_AGGRESSIVE, bot_type == BOT_EVASIVE, bot_type == BOT_BALANCED]
+    return jnp.select(by_type, [0, 1, balanced], -1).astype(jnp.int32)

@@ -105,13 +105,10 @@ def variant(label: str) -> Variant:
 
 
 def selector_directory(spec: str) -> Path:
-    """The run directory of a selector spec, found as `jaxarena.selector.train.load_selector` finds it."""
+    """The run directory of a selector spec (`jaxarena.selector.train.selector_directory`)."""
     from jaxarena.selector import train
 
-    directory = Path(spec)
-    if directory.is_dir():
-        return directory
-    return Path(train.__file__).parent / "pretrained" / str(spec)
+    return train.selector_directory(spec)
 
 
 def selector_checksum(directory: Path) -> str:

@@ -58,6 +58,7 @@ class SelectorConfig:
     population: str = "population"  # "scripted": the three scripted bots only (the ablation)
     learned_slots: int = 2  # RL-trained bots added during training (population only)
     bot_steps: int = 1_000_000  # bot-training env steps before each learned slot is filled
+    bot_approach_shaping: float = 1.0  # train_bot's lead towards the squad (the shipped selectors' value)
     num_envs: int = 64
     num_steps: int = 8  # decisions per environment between updates
     total_decisions: int = 300_000
@@ -244,6 +245,7 @@ def _learned_bots(config: SelectorConfig, squad_policy, squad_params, out: Path,
         total_steps=steps,
         checkpoint_every=config.bot_steps,
         env_id=env_id,
+        approach_shaping=config.bot_approach_shaping,
     )
     if len(bots) < config.slots:
         raise ValueError(
@@ -316,15 +318,24 @@ def export_selector(run_dir: str | Path, dest: str | Path) -> Path:
     return dest
 
 
+PRETRAINED = Path(__file__).parent / "pretrained"
+
+
+def selector_directory(path: str | Path) -> Path:
+    """The directory of a selector spec: a run directory, or a shipped name ("C")."""
+    directory = Path(path)
+    if directory.is_dir():
+        return directory
+    shipped = PRETRAINED / str(path)
+    if not shipped.is_dir():
+        names = sorted(p.name for p in PRETRAINED.glob("*") if p.is_dir())
+        raise FileNotFoundError(f"no selector at {path!r}; shipped selectors: {', '.join(names) or 'none'}")
+    return shipped
+
+
 def load_selector(path: str | Path):
     """(config, network, params) of a trained selector: a run directory or a shipped name ("C")."""
-    directory = Path(path)
-    if not directory.is_dir():
-        shipped = Path(__file__).parent / "pretrained" / str(path)
-        if not shipped.is_dir():
-            names = sorted(p.name for p in (Path(__file__).parent / "pretrained").glob("*") if p.is_dir())
-            raise FileNotFoundError(f"no selector at {path!r}; shipped selectors: {', '.join(names) or 'none'}")
-        directory = shipped
+    directory = selector_directory(path)
     config = SelectorConfig(**json.loads((directory / "config.json").read_text()))
     network = CandidateSelector()
     raw = serialization.msgpack_restore((directory / CHECKPOINT).read_bytes())

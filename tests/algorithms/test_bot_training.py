@@ -44,6 +44,7 @@ def test_train_bot_returns_playable_checkpoints_oldest_first():
     assert len(checkpoints) == 3
     np.testing.assert_array_equal(metrics["update"], [1, 2, 3])
     np.testing.assert_array_equal(metrics["env_steps"], [64, 128, 192])
+    np.testing.assert_array_equal(metrics["checkpoint_env_steps"], [64, 128, 192])
     for key in ("bot_win", "npc_win", "timeout", "damage_dealt", "damage_taken", "episode_return", "entropy"):
         assert metrics[key].shape == (3,)
     assert np.all(np.isfinite(metrics["entropy"]))

@@ -40,7 +40,9 @@ TRAINING = {
 @pytest.fixture(scope="module")
 def selectors(tmp_path_factory):
     """ProtocolConfig fields naming C's three selectors: the shipped ones, else tiny ones trained here."""
-    if all(selector_directory(name).is_dir() for name in SHIPPED.values()):
+    from jaxarena.selector.train import PRETRAINED
+
+    if all((PRETRAINED / name).is_dir() for name in SHIPPED.values()):
         return dict(SHIPPED)
     from jaxarena.selector.train import SelectorConfig, train
 
@@ -376,3 +378,5 @@ def test_selector_directory_finds_shipped_names_and_run_directories(tmp_path):
 
     assert selector_directory(str(tmp_path)) == tmp_path
     assert selector_directory("C") == Path(train.__file__).parent / "pretrained" / "C"
+    with pytest.raises(FileNotFoundError, match="shipped selectors: C"):
+        selector_directory("no-such-selector")
