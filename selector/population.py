@@ -50,6 +50,12 @@ class Population:
         index = jax.random.choice(key, self.size, p=self.weights / jnp.sum(self.weights))
         return jax.tree.map(lambda x: x[index], self.params), index
 
+    @property
+    def learned_filled(self) -> int:
+        """How many learned-bot slots hold a checkpoint (they fill in order)."""
+        learned = [i for i, name in enumerate(self.names) if name.startswith("learned")]
+        return int(sum(float(self.weights[i]) > 0 for i in learned))
+
     def with_learned_bot(self, slot: int, bot_weights) -> Population:
         """The population with learned-bot slot `slot` (0-based among the learned slots) holding `bot_weights`."""
         slots = [i for i, name in enumerate(self.names) if name.startswith("learned")]

@@ -59,9 +59,9 @@ class SelectorConfig:
     learned_slots: int = 2  # RL-trained bots added during training (population only)
     bot_steps: int = 1_000_000  # bot-training env steps before each learned slot is filled
     bot_approach_shaping: float = 1.0  # train_bot's lead towards the squad (the shipped selectors' value)
-    num_envs: int = 64
+    num_envs: int = 128
     num_steps: int = 8  # decisions per environment between updates
-    total_decisions: int = 300_000
+    total_decisions: int = 400_000  # the shipped selectors' budget: about 6-9 min on 2 cores
     chunk_updates: int = 20
     lr: float = 1e-3
     ent_coef: float = 0.01
@@ -154,11 +154,10 @@ def train(config: SelectorConfig, out: str | Path, progress: bool = True) -> dic
     trainer = make_core_trainer(env, network, config.core())
     state = trainer.init(jax.random.PRNGKey(config.seed))
     bots = _learned_bots(config, squad_policy, squad_params, out, progress)
-    filled = 0
     if (out / CHECKPOINT).exists():
-        target = dict(train_state=state.train_state, population=population, rng=state.rng, update=0, filled=0)
+        target = dict(train_state=state.train_state, population=population, rng=state.rng, update=0)
         saved = serialization.from_state_dict(target, serialization.msgpack_restore((out / CHECKPOINT).read_bytes()))
-        population, filled = saved["population"], int(saved["filled"])
+        population = saved["population"]
         state = trainer.init(jnp.asarray(saved["rng"]))  # fresh lanes, drawn from the restored population
         env_state = state.env_state.replace(population=population)
         state = state.replace(train_state=saved["train_state"], env_state=env_state, update=jnp.int32(saved["update"]))
@@ -173,6 +172,7 @@ def train(config: SelectorConfig, out: str | Path, progress: bool = True) -> dic
     decisions_per_update = config.num_envs * config.num_steps
     while int(state.update) < total:
         generation = int(state.update) // per_generation
+        filled = state.env_state.population.learned_filled
         if config.slots and filled <= generation:
             # The bot trainer's next checkpoint joins the population for this generation on.
             population = state.env_state.population.with_learned_bot(filled, bots[filled])
@@ -199,7 +199,6 @@ def train(config: SelectorConfig, out: str | Path, progress: bool = True) -> dic
             "population": serialization.to_state_dict(state.env_state.population),
             "rng": np.asarray(state.rng),
             "update": int(state.update),
-            "filled": filled,
         }
         _save(out, payload)
         last = new_rows[-1]

@@ -148,6 +148,16 @@ def test_population_members_and_sampling(arena):
         stack_members([("a", params), ("a", params)])
     with pytest.raises(ValueError, match="bot_weights_template"):
         make_population(params, learned_slots=1)
+    from jaxarena.learned_bot import init_bot_weights
+
+    weights = init_bot_weights(jax.random.PRNGKey(0))
+    learned = make_population(params, variants=False, learned_slots=2, bot_weights_template=weights)
+    assert learned.learned_filled == 0 and float(learned.weights[-1]) == 0.0
+    learned = learned.with_learned_bot(0, weights)
+    assert learned.learned_filled == 1 and float(learned.weights[3]) == 1.0 and float(learned.weights[4]) == 0.0
+    np.testing.assert_array_equal(np.asarray(learned.params.bot_weights["w0"][3]), np.asarray(weights["w0"]))
+    with pytest.raises(ValueError, match="out of range"):
+        learned.with_learned_bot(2, weights)
 
 
 def test_decision_env_replays_the_runners_episode(table, arena):
