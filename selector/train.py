@@ -343,14 +343,20 @@ def load_selector(path: str | Path):
 
 
 def parse_args(argv=None) -> tuple[SelectorConfig, argparse.Namespace]:
+    from jaxarena.scenarios import SCENARIOS
+
     p = argparse.ArgumentParser(prog="jaxarena-train-selector", description=__doc__.split("\n\n")[0])
+    choices = {"scenario": list(SCENARIOS), "style": list(CANDIDATE_STYLES), "population": list(POPULATIONS)}
     for f in dataclasses.fields(SelectorConfig):
         flag = "--" + f.name.replace("_", "-")
+        described = f"default {f.default}; see SelectorConfig in jaxarena.selector.train"
         if f.type in ("bool", bool):
-            p.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=f.default)
+            truth = lambda s: s.lower() in ("1", "true", "yes")  # noqa: E731
+            p.add_argument(flag, type=truth, default=f.default, help=f"true/false ({described})")
         else:
             kind = {"int": int, "float": float}.get(str(f.type), str)
-            p.add_argument(flag, type=(lambda s, k=kind: k(float(s))) if kind is int else kind, default=f.default)
+            parse = (lambda s, k=kind: k(float(s))) if kind is int else kind  # "4e5" reads as an int
+            p.add_argument(flag, type=parse, default=f.default, choices=choices.get(f.name), help=described)
     p.add_argument("--out", required=True, help="run directory (resumed if it holds a run)")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
