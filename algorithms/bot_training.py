@@ -147,11 +147,11 @@ def evaluate_bot(
     win rate, the timeout rate, and the mean damage per episode the bot dealt
     (`squad_damage_taken`) and took (`bot_damage_taken`), in HP.
     """
-    from jaxarena.env import Arena
+    from jaxarena.registry import arena_for
 
     env_id = env_id or getattr(squad_policy, "env_id", "Arena-v0")
     params = env_params.replace(bot_type=BOT_LEARNED, bot_weights=jax.tree.map(jnp.asarray, weights))
-    arena = Arena(params, observe_facing=env_id == "ArenaFacing-v0", observe_formation=env_id == "ArenaFormation-v0")
+    arena = arena_for(env_id, params)
     run = jax.jit(make_runner(arena, params, squad_policy, random_tags, num_episodes))
     result = jax.device_get(run(squad_params, params, key))
     outcome = np.asarray(result.outcome)

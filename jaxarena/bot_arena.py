@@ -44,20 +44,16 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from .env import Arena, checked_actions
+from .env import checked_actions
 from .learned_bot import BOT_OBS_SIZE, NUM_BOT_ACTIONS, bot_observation
 from .names import BOT_LEARNED, NUM_NPCS, NUM_TAGS
 from .physics import norm
+from .registry import OBSERVATIONS, arena_for
 from .spawn import initial_state
 from .types import EnvParams, EnvState, arena_diagonal, ticks
 
 WIPE_REWARD = 1.0
 DEATH_PENALTY = -1.0
-_VARIANTS = {
-    "Arena-v0": {},
-    "ArenaFacing-v0": {"observe_facing": True},
-    "ArenaFormation-v0": {"observe_formation": True},
-}
 
 
 @struct.dataclass
@@ -117,8 +113,8 @@ class BotArena:
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
         env_id = env_id or getattr(squad_policy, "env_id", "Arena-v0")
-        if env_id not in _VARIANTS:
-            raise ValueError(f"unknown env id {env_id!r}; the squad can read {', '.join(_VARIANTS)}")
+        if env_id not in OBSERVATIONS:
+            raise ValueError(f"unknown env id {env_id!r}; the squad can read {', '.join(OBSERVATIONS)}")
         tags = tuple(int(t) for t in tags)
         if not tags or any(not 0 <= t < NUM_TAGS for t in tags):
             raise ValueError(f"tags must be a non-empty tuple of codes in 0..{NUM_TAGS - 1}, got {tags}")
@@ -127,7 +123,7 @@ class BotArena:
             raise ValueError("decision_period_s must be a whole, positive number of ticks of dt")
         self.num_envs = int(num_envs)
         self.params = env_params.replace(bot_type=BOT_LEARNED, bot_weights=None)
-        self.arena = Arena(self.params, **_VARIANTS[env_id])
+        self.arena = arena_for(env_id, self.params)
         self.squad_policy = squad_policy
         self.squad_params = squad_params
         self.tags = jnp.asarray(tags, jnp.int32)

@@ -16,7 +16,13 @@ from .types import EnvParams
 # "ArenaFacing-v0" is the same arena with the bot's facing appended to each
 # observation (obs_size 25), "ArenaFormation-v0" with the facing and the active
 # tag's formation slot (obs_size 28); see `Arena.__init__`.
-REGISTERED_IDS = ("Arena-v0", "ArenaFacing-v0", "ArenaFormation-v0")
+#: env id -> what its `Arena` adds to the paper's observation (see `make`).
+OBSERVATIONS = {
+    "Arena-v0": {},
+    "ArenaFacing-v0": {"observe_facing": True},
+    "ArenaFormation-v0": {"observe_formation": True},
+}
+REGISTERED_IDS = tuple(OBSERVATIONS)
 _ARRAY_FIELDS = {"boxes": (None, 4), "npc_spawn": (4,), "bot_spawn": (4,)}
 
 
@@ -59,13 +65,14 @@ def make(
             "(jaxarena.learned_bot) or a checkpoint from jaxarena.algorithms.bot_training.train_bot"
         )
     check_geometry(params)
-    arena = Arena(
-        params,
-        observe_facing=env_id == "ArenaFacing-v0",
-        scenario=scenario,
-        observe_formation=env_id == "ArenaFormation-v0",
-    )
-    return arena, params
+    return arena_for(env_id, params, scenario), params
+
+
+def arena_for(env_id: str, params: EnvParams, scenario: str = DEFAULT_SCENARIO) -> Arena:
+    """The `Arena` of a registered id over already-built `params` (no checks: `make` checks)."""
+    if env_id not in OBSERVATIONS:
+        raise ValueError(f"unknown env id {env_id!r}; registered ids: {', '.join(REGISTERED_IDS)}")
+    return Arena(params, scenario=scenario, **OBSERVATIONS[env_id])
 
 
 # Fields that must be > 0 (a count, a size or a duration of nothing is meaningless)
