@@ -11,9 +11,10 @@ from jaxarena.scenarios import SCENARIOS
 from jaxarena.types import BOT_TYPES, NUM_TAGS
 
 COMBINATIONS = ("A", "B")
-#: B's shaping: Table 5's terms ("paper") or the engagement-gated intent terms ("intent",
-#: `jaxarena.rewards.intent_shaping`); the index is `EnvParams.shaping_recipe`.
-RECIPES = ("paper", "intent")
+#: B's shaping: Table 5's terms ("paper"), the engagement-gated intent terms ("intent",
+#: `jaxarena.rewards.intent_shaping`) or the per-expert terms ("obey", `rewards.obey_shaping`);
+#: the index is `EnvParams.shaping_recipe`.
+RECIPES = ("paper", "intent", "obey")
 
 
 @dataclasses.dataclass(frozen=True)

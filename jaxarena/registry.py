@@ -105,7 +105,7 @@ def check_values(params: EnvParams) -> None:
 
     HP, ranges, cooldowns, sizes and durations must be > 0; speeds and damage
     >= 0 (0 makes a still or harmless dummy); the balanced bot's phase bounds
-    need min <= max; `bot_cleave` is 0 (off) or 1 (on), `shaping_recipe` 0 or 1.
+    need min <= max; `bot_cleave` is 0 (off) or 1 (on), `shaping_recipe` 0, 1 or 2.
     """
     for name in _POSITIVE:
         value = float(np.asarray(getattr(params, name)))
@@ -121,8 +121,8 @@ def check_values(params: EnvParams) -> None:
     if float(np.asarray(params.bot_cleave)) not in (0.0, 1.0):
         raise ValueError(f"bot_cleave must be 0 (off) or 1 (on), got {float(np.asarray(params.bot_cleave))}")
     recipe = float(np.asarray(params.shaping_recipe))
-    if recipe not in (0.0, 1.0):
-        raise ValueError(f"shaping_recipe must be 0 (Table 5, 'paper') or 1 ('intent'), got {recipe}")
+    if recipe not in (0.0, 1.0, 2.0):
+        raise ValueError(f"shaping_recipe must be 0 (Table 5, 'paper'), 1 ('intent') or 2 ('obey'), got {recipe}")
 
 
 def _checked_overrides(overrides: dict) -> dict:

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from .formations import slot_closeness
+from .names import SURROUND
 from .physics import norm
 from .types import NUM_TAGS, EnvParams, arena_diagonal
 
@@ -16,7 +17,10 @@ ENGAGE_FAR = 8.0
 INTENT_SCALE = 0.0075
 # Surround's and Flank's slot gain in the intent recipe (see `intent_shaping`).
 SLOT_GAIN = 2.0
-PAPER_RECIPE, INTENT_RECIPE = 0, 1
+PAPER_RECIPE, INTENT_RECIPE, OBEY_RECIPE = 0, 1, 2
+# The "obey" recipe pays Flank for the bot's 60-120 degree arcs within this distance (the orb range
+# is 12 u): near enough to take part in the fight, so a distant bearing earns nothing.
+FLANK_REACH = 10.0
 
 
 def bearing_cos_sin(npc_pos: jax.Array, bot_pos: jax.Array, bot_facing: jax.Array):
@@ -99,8 +103,41 @@ def intent_shaping(
     return INTENT_SCALE * terms[jnp.clip(tag, 0, NUM_TAGS - 1)]
 
 
+def obey_shaping(tag: jax.Array, npc_pos: jax.Array, bot_pos: jax.Array, bot_facing: jax.Array, params: EnvParams):
+    """The "obey" recipe's per-step shaping of `tag` for each NPC: (5,) float32, before `shaping_weight`.
+
+    Trained with the tag held for whole episodes and one expert per tag
+    (docs/training.md, v9), so each expert's return is its own tag's shaping
+    plus the team reward, and no tag's pay leaks into another's values:
+
+    - Aggressive pays nothing: its expert keeps A's objective, win fast.
+      Every pay-per-tick term for nearness was farmed by a hover that does
+      not finish the bot (v7), and winning is what Aggressive means.
+    - Surround: the intent recipe's slot ring (it separated in v5-v7).
+    - Flank: SLOT_GAIN while the NPC stands 60-120 degrees off the bot's
+      facing within FLANK_REACH; v5-v7's slots 2.3 u off the bot's sides
+      sat inside its melee reach and turned with it, and were never held.
+    - Retreat: +1 at 8 u or more, -1 inside, as in the intent recipe.
+    """
+    cos, _ = bearing_cos_sin(npc_pos, bot_pos, bot_facing)
+    d = norm(npc_pos - bot_pos)
+    lateral = (jnp.abs(cos) < 0.5) & (d <= FLANK_REACH)
+    terms = jnp.stack(
+        [
+            SLOT_GAIN * slot_closeness(SURROUND, npc_pos, bot_pos, bot_facing, params),  # 0 Surround
+            jnp.zeros_like(d),  # 1 Aggressive
+            SLOT_GAIN * lateral.astype(jnp.float32),  # 2 Flank
+            jnp.where(d >= RETREAT_DISTANCE, 1.0, -1.0),  # 3 Retreat
+        ]
+    )
+    return INTENT_SCALE * terms[jnp.clip(tag, 0, NUM_TAGS - 1)]
+
+
 def tag_shaping(tag, npc_pos, bot_pos, bot_facing, alive, params: EnvParams) -> jax.Array:
-    """The active recipe's shaping of `tag` per NPC: Table 5 (`shaping_recipe` 0) or intent (1)."""
+    """The active recipe's shaping of `tag` per NPC: Table 5 (`shaping_recipe` 0), intent (1) or obey (2)."""
     paper = shaping(tag, npc_pos, bot_pos, bot_facing, params)
     intent = intent_shaping(tag, npc_pos, bot_pos, bot_facing, alive, params)
-    return jnp.where(params.shaping_recipe == INTENT_RECIPE, intent, paper)
+    obey = obey_shaping(tag, npc_pos, bot_pos, bot_facing, params)
+    return jnp.select(
+        [params.shaping_recipe == INTENT_RECIPE, params.shaping_recipe == OBEY_RECIPE], [intent, obey], paper
+    )

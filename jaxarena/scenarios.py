@@ -34,6 +34,11 @@ SCENARIOS = MappingProxyType(
                 "balanced_phase_max_s": 9.0,
             }
         ),
+        # A bot that can take and deal a beating: 2.5x the HP and twice the melee
+        # damage. A melee trade is no longer a sure win, so standing off, ranged
+        # fire and where the squad stands start to matter; calibrated so that A,
+        # trained here, wins 20-80% against every bot (docs/arena.md).
+        "brute": MappingProxyType({"bot_hp": 2.5 * BOT_MAX_HP, "bot_melee_damage": 30.0}),
         # The paper's stats with a bot whose melee hits every NPC in range:
         # clumping in melee is punished, so spreading out (Surround) matters.
         "cleave": MappingProxyType({"bot_cleave": 1.0}),

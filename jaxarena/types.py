@@ -124,7 +124,8 @@ class EnvParams:
     # switches the Table 5 shaping on explicitly.
     shaping_weight: float = 0.0
     # Which shaping `shaping_weight` scales: 0 Table 5's ("paper" recipe), 1 the
-    # engagement-gated intent terms ("intent" recipe); see `rewards.tag_shaping`.
+    # engagement-gated intent terms ("intent"), 2 the per-expert terms ("obey");
+    # see `rewards.tag_shaping`.
     shaping_recipe: int = 0
     # Scenario rules beyond the paper (jaxarena/scenarios.py); traced, so one
     # compiled program serves several scenarios. 1.0: the bot's melee strikes

@@ -92,7 +92,7 @@ def test_make_rejects_phase_bounds_with_min_above_max_and_a_half_cleave():
     with pytest.raises(ValueError, match="bot_cleave must be 0"):
         jaxarena.make("Arena-v0", bot_cleave=0.5)
     with pytest.raises(ValueError, match="shaping_recipe must be 0"):
-        jaxarena.make("Arena-v0", shaping_recipe=2)
+        jaxarena.make("Arena-v0", shaping_recipe=3)
 
 
 def test_make_checks_values_after_a_scenario_is_applied():

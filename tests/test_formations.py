@@ -27,7 +27,7 @@ from jaxarena.names import (
     SURROUND,
 )
 from jaxarena.physics import norm
-from jaxarena.rewards import INTENT_SCALE, SLOT_GAIN, intent_shaping
+from jaxarena.rewards import FLANK_REACH, INTENT_SCALE, SLOT_GAIN, intent_shaping, obey_shaping, tag_shaping
 
 BOT = jnp.array([15.0, 15.0])
 EAST, NORTH = jnp.array([1.0, 0.0]), jnp.array([0.0, 1.0])
@@ -110,6 +110,34 @@ def test_intent_shaping_pays_the_slot_and_nothing_far_from_it():
     np.testing.assert_allclose(intent_shaping(jnp.int32(RETREAT_TAG), ring, BOT, EAST, ALIVE, params), -INTENT_SCALE)
     far = BOT + jnp.array([[9.0, 0.0]] * 5)
     np.testing.assert_allclose(intent_shaping(jnp.int32(RETREAT_TAG), far, BOT, EAST, ALIVE, params), INTENT_SCALE)
+
+
+def test_obey_shaping_pays_aggressive_nothing_and_flank_for_the_sides_within_reach():
+    params = jaxarena.make("Arena-v0", shaping_recipe=2)[1]
+    ring, _ = slot_positions(jnp.int32(SURROUND), BOT, EAST, PARAMS)
+    touching = BOT + 0.5 * (ring - BOT) / SURROUND_RADIUS
+    for where in (ring, touching, BOT + jnp.array([[20.0, 0.0]] * 5)):
+        np.testing.assert_array_equal(obey_shaping(jnp.int32(AGGRESSIVE), where, BOT, EAST, params), 0.0)
+    np.testing.assert_allclose(obey_shaping(jnp.int32(SURROUND), ring, BOT, EAST, params), SLOT_GAIN * INTENT_SCALE)
+    # Flank: 90 degrees off the facing pays within reach, not beyond it; ahead and behind never pay.
+    for degrees, distance, paid in (
+        (90, 5.0, True),
+        (-70, 2.0, True),
+        (90, FLANK_REACH + 1.0, False),
+        (0, 3.0, False),
+        (180, 3.0, False),
+    ):
+        a = np.deg2rad(degrees)
+        npc = jnp.tile(BOT + distance * jnp.array([np.cos(a), np.sin(a)]), (5, 1))
+        pay = obey_shaping(jnp.int32(FLANK), npc, BOT, EAST, params)
+        np.testing.assert_allclose(pay, SLOT_GAIN * INTENT_SCALE if paid else 0.0, rtol=1e-5, err_msg=f"{degrees} deg")
+    np.testing.assert_allclose(obey_shaping(jnp.int32(RETREAT_TAG), ring, BOT, EAST, params), -INTENT_SCALE)
+    # The env's dispatcher picks the recipe from the params.
+    for tag in range(4):
+        np.testing.assert_array_equal(
+            tag_shaping(jnp.int32(tag), ring, BOT, EAST, ALIVE, params),
+            obey_shaping(jnp.int32(tag), ring, BOT, EAST, params),
+        )
 
 
 def test_the_formation_observation_carries_the_slots_and_follows_a_retag():

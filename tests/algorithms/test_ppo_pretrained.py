@@ -61,3 +61,38 @@ def test_wilson_interval():
     assert lo == pytest.approx(0.4038, abs=1e-3) and hi == pytest.approx(0.5962, abs=1e-3)
     lo, hi = wilson_interval(0, 1000)
     assert lo == 0.0 and 0.0 < hi < 0.005
+
+
+@needs("B-obey")
+@pytest.mark.slow
+def test_packaged_b_obey_wins_as_a_under_aggressive_and_keeps_its_tags_apart():
+    """B-obey (docs/training.md, v9): Aggressive is A's objective, and the separated cells hold.
+
+    256 paired episodes per cell (docs: 500). Aggressive wins like A against every bot;
+    Surround rings the bot tighter and Retreat keeps farther than every other tag, at
+    every bot; Aggressive stands closest to the aggressive and balanced bots; Flank
+    holds the evasive bot's sides most. The three cells the docs report failing are
+    not asserted.
+    """
+    policy, params = load_policy("B-obey")
+    resp = tag_response(policy, params, n=256, seed=3, env_id=policy.env_id, shaping_weight=4.0)
+    bots = ("aggressive", "evasive", "balanced")
+
+    def clearly_above(measure, bot, tag):
+        b = bots.index(bot)
+        for other in range(4):
+            if other != tag:
+                gain, se = paired_gain(resp[measure][b : b + 1], tag, other)
+                assert gain - 3 * se > 0, (measure, bot, tag, other, gain, se)
+
+    for bot in bots:
+        b = bots.index(bot)
+        assert resp["npc_win"][b, AGGRESSIVE].mean() >= 0.95, bot
+        clearly_above("coverage", bot, SURROUND)
+        clearly_above("far_share", bot, RETREAT_TAG)
+    for bot in ("aggressive", "balanced"):
+        b = bots.index(bot)
+        for other in (SURROUND, FLANK, RETREAT_TAG):
+            gain, se = paired_gain(resp["distance"][b : b + 1], other, AGGRESSIVE)
+            assert gain - 3 * se > 0, (bot, other, gain, se)
+    clearly_above("lateral_share", "evasive", FLANK)
