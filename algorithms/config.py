@@ -74,6 +74,9 @@ class PPOConfig:
     tag_one_hot: bool | None = None
     # One actor-critic per tag (see ActorCritic.tag_experts); B only.
     tag_experts: bool = False
+    # With tag_experts: these tags' experts keep their initial (e.g. warm-started) weights. A
+    # frozen Aggressive expert started from A plays exactly A under that tag (docs/training.md).
+    frozen_tags: tuple[int, ...] = ()
     seed: int = 0
     shaping_weight: float | None = None  # None: 0 for A, 1 for B
     recipe: str = "paper"  # which shaping `shaping_weight` scales (RECIPES)
@@ -97,6 +100,12 @@ class PPOConfig:
         object.__setattr__(self, "tags", tags)
         if not tags or any(not 0 <= t < NUM_TAGS for t in tags):
             raise ValueError(f"tags must be a non-empty list of tags in 0..{NUM_TAGS - 1}, got {tags}")
+        frozen = tuple(int(t) for t in self.frozen_tags)
+        object.__setattr__(self, "frozen_tags", frozen)
+        if frozen and not self.tag_experts:
+            raise ValueError("frozen_tags needs tag_experts=true: only a per-tag expert can be frozen")
+        if any(not 0 <= t < NUM_TAGS for t in frozen):
+            raise ValueError(f"frozen_tags must be tags in 0..{NUM_TAGS - 1}, got {frozen}")
         if self.recipe not in RECIPES:
             raise ValueError(f"recipe must be one of {RECIPES}, got {self.recipe!r}")
         if self.activation not in ("tanh", "relu"):

@@ -36,7 +36,7 @@ from jaxarena.observe import OWN_HP
 from jaxarena.wrappers import LogState, LogWrapper
 
 from .config import RECIPES, PPOConfig
-from .networks import ActorCritic
+from .networks import ActorCritic, frozen_expert_mask
 
 ENV_AXIS = "env"
 
@@ -220,6 +220,10 @@ def make_trainer(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Trainer
         params = network.init(k_net, jnp.zeros((1, env.obs_size), jnp.float32))
         schedule = optax.linear_schedule(config.lr, 0.0, n_grad_steps) if config.anneal_lr else config.lr
         tx = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(schedule, eps=1e-5))
+        if config.frozen_tags:
+            frozen = frozen_expert_mask(params, config.frozen_tags)
+            labels = jax.tree.map(lambda f: "frozen" if f else "trained", frozen)
+            tx = optax.multi_transform({"trained": tx, "frozen": optax.set_to_zero()}, labels)
         train_state = TrainState.create(apply_fn=network.apply, params=params, tx=tx)
         obs, log_state = v_reset(jax.random.split(k_env, n_envs), bot_types)
         obs, log_state = _redraw_tags(k_tag, obs, log_state)

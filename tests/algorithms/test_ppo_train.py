@@ -54,6 +54,30 @@ def test_recipe_b_draws_tags_and_writes_them_into_obs(tiny):
     assert len(set(np.asarray(rs0.log_state.env_state.tag).tolist())) > 1  # 6 uniform draws, seeded: not all equal
 
 
+def test_frozen_tag_experts_keep_their_weights_and_the_others_learn():
+    # Tags redrawn every 4 ticks, so every expert acts in the 16-tick rollouts.
+    config = TINY.replace(tag_experts=True, frozen_tags=(1,), recipe="obey", shaping_weight=4.0, tag_period_ticks=4)
+    trainer = make_trainer(config, mesh=None)
+    rs0 = jax.jit(trainer.init)(jax.random.PRNGKey(1))
+    rs, _ = jax.jit(trainer.run_updates, static_argnums=1)(rs0, 2)
+    before, after = rs0.train_state.params["params"], rs.train_state.params["params"]
+    for name in before:
+        moved = not all(
+            np.array_equal(a, b)
+            for a, b in zip(jax.tree.leaves(before[name]), jax.tree.leaves(after[name]), strict=True)
+        )
+        frozen = name in {"expert_actor_layers_2", "expert_actor_layers_3", "expert_actor_out_1"} | {
+            "expert_critic_layers_2",
+            "expert_critic_layers_3",
+            "expert_critic_out_1",
+        }
+        assert moved != frozen, name
+    with pytest.raises(ValueError, match="frozen_tags needs tag_experts"):
+        TINY.replace(frozen_tags=(1,))
+    with pytest.raises(ValueError, match="frozen_tags must be tags"):
+        TINY.replace(tag_experts=True, frozen_tags=(4,))
+
+
 def test_recipe_b_draws_only_from_its_tags_on_the_facing_arena():
     config = TINY.replace(tags=(2, 3), env_id="ArenaFacing-v0", tag_period_ticks=4)
     trainer = make_trainer(config, mesh=None)
