@@ -107,7 +107,7 @@ def obey_shaping(tag: jax.Array, npc_pos: jax.Array, bot_pos: jax.Array, bot_fac
     """The "obey" recipe's per-step shaping of `tag` for each NPC: (5,) float32, before `shaping_weight`.
 
     Trained with the tag held for whole episodes and one expert per tag
-    (docs/training.md, v9), so each expert's return is its own tag's shaping
+    (docs/training.md, v9-v11), so each expert's return is its own tag's shaping
     plus the team reward, and no tag's pay leaks into another's values:
 
     - Aggressive pays nothing: its expert keeps A's objective, win fast.
