@@ -71,7 +71,7 @@ def test_packaged_b_obey_wins_as_a_under_aggressive_and_keeps_its_tags_apart():
     256 paired episodes per cell (docs: 500). Aggressive wins like A against every bot;
     Retreat keeps farther than every other tag at every bot; Surround rings the evasive
     and balanced bots tighter; Aggressive stands closest to the aggressive and balanced
-    bots. The four cells the docs report failing are not asserted.
+    bots. The five cells the docs report failing are not asserted.
     """
     policy, params = load_policy("B-obey")
     resp = tag_response(policy, params, n=256, seed=3, env_id=policy.env_id, shaping_weight=4.0)
