@@ -24,7 +24,8 @@ The tag-response matrix (`benchmarks/tag_response.py`) holds each tag for whole 
 whether each measure is best under its own tag.
 
 The shaping that trains these intents is `rewards.intent_shaping` (the
-"intent" recipe, `EnvParams.shaping_recipe = 1`).
+"intent" recipe, `EnvParams.shaping_recipe = 1`) or `rewards.obey_shaping`
+("obey", 2).
 """
 
 from __future__ import annotations

@@ -66,7 +66,10 @@ def test_frozen_tag_experts_keep_their_weights_and_the_others_learn():
             np.array_equal(a, b)
             for a, b in zip(jax.tree.leaves(before[name]), jax.tree.leaves(after[name]), strict=True)
         )
-        frozen = name in {"expert_actor_layers_2", "expert_actor_layers_3", "expert_actor_out_1"} | {
+        frozen = name in {
+            "expert_actor_layers_2",
+            "expert_actor_layers_3",
+            "expert_actor_out_1",
             "expert_critic_layers_2",
             "expert_critic_layers_3",
             "expert_critic_out_1",
