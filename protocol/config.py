@@ -30,7 +30,7 @@ import numpy as np
 
 from jaxarena.llm.backends import parse_llm_spec
 from jaxarena.llm.choice import DECODE_MODES
-from jaxarena.names import BOT_TYPES, bot_index
+from jaxarena.names import BOT_TYPES, EPISODE_S, bot_index
 from jaxarena.scenarios import DEFAULT_SCENARIO, scenario_overrides
 
 #: Every combination a run may ask for (see the module docstring).
@@ -111,6 +111,11 @@ class ProtocolConfig:
     selector_scripted: str = "C-scripted"
     c_ablations: tuple[str, ...] = C_ABLATIONS
     price_c: bool = False
+
+    @property
+    def episode_s(self) -> float:
+        """The episode's length in s: the paper's 120, unless the scenario sets its own (`raid`: 48)."""
+        return float(scenario_overrides(self.scenario).get("episode_s", EPISODE_S))
 
     def __post_init__(self):
         for b in self.bots:

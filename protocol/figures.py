@@ -42,7 +42,8 @@ def make_figures(run_dir: str | Path, summary: dict, cells: dict[str, dict]) -> 
         plt.close(fig)
         paths.append(str(write_atomic(run_dir / name, buf.getvalue())))
 
-    bins = np.arange(0, EPISODE_S + DECISION_PERIOD_S + 0.1, DECISION_PERIOD_S)
+    episode_s = summary.get("protocol", {}).get("episode_s", EPISODE_S)
+    bins = np.arange(0, episode_s + DECISION_PERIOD_S + 0.1, DECISION_PERIOD_S)
     for comb, num, fname in (("A", 5, "fig5_durations_A.png"), ("B", 6, "fig6_durations_B.png")):
         if comb not in by:
             continue
@@ -90,11 +91,11 @@ def make_figures(run_dir: str | Path, summary: dict, cells: dict[str, dict]) -> 
         for i, bot in enumerate(bots):
             m = mw[bot]
             stars = "" if m["stars"] == "ns" else m["stars"]
-            ax.text(3 * i + 1, EPISODE_S + 6, f"p={format_p(m['p'])}{stars}", ha="center", fontsize=9)
+            ax.text(3 * i + 1, episode_s + 6, f"p={format_p(m['p'])}{stars}", ha="center", fontsize=9)
         ax.set_xticks([3 * i + 1 for i in range(len(bots))], [b.capitalize() for b in bots])
         ax.set(
             ylabel="time-to-defeat (s)",
-            ylim=(0, EPISODE_S + 15),
+            ylim=(0, episode_s + 15),
             title="Figure 8. A (blue) vs B (orange), Mann–Whitney U two-sided",
         )
         save(fig, "fig8_a_vs_b.png")

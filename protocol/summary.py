@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from jaxarena.files import write_atomic
-from jaxarena.names import DECISION_PERIOD_S, DT, EPISODE_S, FALLBACK_REASONS, NPC_WIN, NUM_TAGS, TAG_NAMES
+from jaxarena.names import DECISION_PERIOD_S, DT, FALLBACK_REASONS, NPC_WIN, NUM_TAGS, TAG_NAMES
 
 from . import stats
 from .config import ProtocolConfig, episode_sets
@@ -190,10 +190,10 @@ def summarize(cells: dict[str, dict], config: ProtocolConfig, meta: dict) -> dic
         "created": meta.get("created"),
         "config": config.as_dict(),
         "protocol": {
-            "episode_s": EPISODE_S,
+            "episode_s": config.episode_s,
             "decision_period_s": DECISION_PERIOD_S,
             "dt": DT,
-            "time_to_defeat": f"episode length in s for every episode (timeouts count as {EPISODE_S:g} s)",
+            "time_to_defeat": f"episode length in s for every episode (timeouts count as {config.episode_s:g} s)",
             "std": "sample std (ddof=1)",
             "mann_whitney": "scipy.stats.mannwhitneyu(A, B, two-sided); U is A's statistic",
             "effect_size": "r = Z/sqrt(N), Z from U_B with tie correction; r_rb = 1 - 2U/(n1 n2); "

@@ -313,6 +313,8 @@ def render_report(summary: dict, figures: Sequence[str] = ()) -> str:
     """report.md: Tables 6-9 in the paper's layout, ours beside the paper's, then figures and set-up."""
     cfg = summary["config"]
     scenario = cfg.get("scenario", DEFAULT_SCENARIO)
+    # Older summaries lack it: their scenarios all ran the paper's 120 s.
+    episode_s = summary.get("protocol", {}).get("episode_s", EPISODE_S)
     d = summary["descriptive"]
     llm = summary.get("llm")
     lines = [
@@ -323,7 +325,7 @@ def render_report(summary: dict, figures: Sequence[str] = ()) -> str:
             f"LLM: {llm['backend'] if llm else '—'} ({llm['model'] if llm else '—'}"
             f"{', ' + llm['decode'] + ' decoding' if llm and llm.get('decode') else ''}"
             f"{', ' + llm['path'] + ' path' if llm and llm.get('path') else ''}). "
-            f"Time-to-defeat is the episode length in seconds (timeouts count as {EPISODE_S:g} s). "
+            f"Time-to-defeat is the episode length in seconds (timeouts count as {episode_s:g} s). "
             "The paper's numbers (Unity, n = 100) are printed under ours for reference; "
             "they come from a different simulator and policies, so agreement is not expected."
             + (f" Scenario: `{scenario}` (not the paper's arena)." if scenario != DEFAULT_SCENARIO else "")

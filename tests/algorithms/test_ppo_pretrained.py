@@ -91,3 +91,19 @@ def test_packaged_b_obey_wins_as_a_under_aggressive_and_keeps_its_tags_apart():
         clearly_best("coverage", bot, SURROUND)
     for bot in ("aggressive", "balanced"):
         clearly_best("distance", bot, AGGRESSIVE, direction=-1.0)
+
+
+@needs("A-raid")
+@pytest.mark.slow
+def test_packaged_a_raid_wins_within_the_calibration_band_against_every_bot():
+    """A-raid, trained on the `raid` preset, wins 20-80% against each bot (docs/arena.md).
+
+    256 episodes per bot (docs: 500, 55.0 / 73.2 / 24.6%); the 95% Wilson interval
+    must overlap the band and the point estimate lie inside it.
+    """
+    policy, params = load_policy("A-raid")
+    for bot in ("aggressive", "evasive", "balanced"):
+        res = run_episodes(policy, params, bot, n=256, seed=11, env_id=policy.env_id, scenario="raid")
+        wins = int(np.sum(res["outcome"] == 1))
+        lo, hi = wilson_interval(wins, 256)
+        assert 0.2 <= wins / 256 <= 0.8 and lo < 0.8 and hi > 0.2, (bot, wins)

@@ -183,6 +183,19 @@ def test_oracle_equals_every_fixed_tag_for_a_policy_that_ignores_its_tag(tmp_pat
     assert "llm" not in row and "B" not in row
 
 
+def test_a_scenario_with_its_own_clock_is_reported_with_it(tmp_path):
+    """`raid` ends at 48 s: the episodes stop there, and the summary and report say so (not 120 s)."""
+    config = ProtocolConfig(
+        episodes=2, seed=3, bots=("evasive",), combinations=("F",), policy_b="scripted:focus_fire", scenario="raid"
+    )
+    assert config.episode_s == 48.0 and ProtocolConfig().episode_s == 120.0
+    s = evaluate(config, tmp_path, "raid", progress=False, figures=False, cache_path=None)
+    cell = json.loads((tmp_path / "raid" / "cells" / "F_evasive.json").read_text())
+    durations = [d for f in cell["episodes_by_tag"] for d in f["duration_s"]]
+    assert max(durations) == pytest.approx(48.0) and s["protocol"]["episode_s"] == 48.0
+    assert "timeouts count as 48 s" in (tmp_path / "raid" / "report.md").read_text()
+
+
 def test_default_run_id_and_fingerprints_of_a_and_b_are_unchanged(tmp_path):
     # Taken from the code before Combinations F and O existed: the oracle's options change nothing here.
     config = ProtocolConfig()
