@@ -43,7 +43,7 @@ class Arena:
 
     Five NPCs (60 HP, 4 u/s, melee 2.5 u for 15 every 0.5 s, plus orbs) fight
     one scripted bot (300 HP, 5 u/s, melee 3.0 u for 15 every 0.8 s). One
-    tick is `params.dt` = 0.1 s; an episode times out after 120 s.
+    tick is `params.dt` = 0.1 s; an episode times out after `params.episode_s` (120 s).
 
     Observation: float32 (5, 23), one row per NPC (Table 3):
         [0:3]   self  x/30, z/30, hp/60

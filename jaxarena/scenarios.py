@@ -41,7 +41,7 @@ SCENARIOS = MappingProxyType(
         # 20-80% band for two bots, not the evasive one (docs/arena.md).
         "brute": MappingProxyType({"bot_hp": 2.5 * BOT_MAX_HP, "bot_melee_damage": 30.0}),
         # `brute` against the clock (a raid's enrage timer): a 48 s episode and
-        # HP x2.3. A corners the evasive bot only after about 43 s (median), so the clock
+        # HP x2.3. A-raid's wins against the evasive bot come at a median 43 s, so the clock
         # makes that chase a gamble, while the aggressive and balanced fights
         # are decided in about 10 s. A fine-tuned here wins 55% / 73% / 25%
         # (seed 1, shipped as A-raid; seed 0: 49 / 61 / 23): issue #11's 20-80%

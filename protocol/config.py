@@ -30,7 +30,7 @@ import numpy as np
 
 from jaxarena.llm.backends import parse_llm_spec
 from jaxarena.llm.choice import DECODE_MODES
-from jaxarena.names import BOT_TYPES, EPISODE_S, bot_index
+from jaxarena.names import BOT_TYPES, DECISION_PERIOD_S, EPISODE_S, bot_index
 from jaxarena.scenarios import DEFAULT_SCENARIO, scenario_overrides
 
 #: Every combination a run may ask for (see the module docstring).
@@ -71,8 +71,8 @@ class ProtocolConfig:
     greedy: take the policy's most likely action instead of sampling it.
     tag_a: Combination A's fixed tag (0 in the paper).
     latency_steps: ticks between a decision and its tag taking effect (0 = at once).
-    num_periods: decision periods per episode; None = a full 120 s episode
-      (only tests shorten it).
+    num_periods: decision periods per episode; None = a full episode (120 s,
+      or the scenario's `episode_s`; only tests shorten it).
     llm_path: "auto", "host" or "graph" (see `LLM_PATHS`); the graph path runs
       only the embedded model's choice decoding and reads no prompt cache (it fills it).
     scenario: a preset of `jaxarena.scenarios.SCENARIOS`, the arena of every cell.
@@ -114,8 +114,13 @@ class ProtocolConfig:
 
     @property
     def episode_s(self) -> float:
-        """The episode's length in s: the paper's 120, unless the scenario sets its own (`raid`: 48)."""
-        return float(scenario_overrides(self.scenario).get("episode_s", EPISODE_S))
+        """The longest episode in s: the paper's 120, or the scenario's own (`raid`: 48), or shorter
+        where `num_periods` cuts the episodes."""
+        preset = scenario_overrides(self.scenario)
+        full = float(preset.get("episode_s", EPISODE_S))
+        if self.num_periods is None:
+            return full
+        return min(full, self.num_periods * float(preset.get("decision_period_s", DECISION_PERIOD_S)))
 
     def __post_init__(self):
         for b in self.bots:

@@ -9,7 +9,8 @@ evaluation protocol, not of the environment.
 Conventions (fixed here, written into every report):
 
 - *Time-to-defeat* is the episode's length in game seconds, for every episode,
-  whatever its outcome; a timeout counts as 120 s. This is how the paper's
+  whatever its outcome; a timeout counts as the episode's length (120 s, or
+  the scenario's `episode_s`). This is how the paper's
   medians of 120.00 s for the balanced bot arise (60 % timeouts).
 - Std is the sample standard deviation (ddof = 1).
 - Outcome codes follow `info["outcome"]`: 1 NPC win, 2 bot win, 3 timeout.

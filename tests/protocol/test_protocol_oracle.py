@@ -189,6 +189,7 @@ def test_a_scenario_with_its_own_clock_is_reported_with_it(tmp_path):
         episodes=2, seed=3, bots=("evasive",), combinations=("F",), policy_b="scripted:focus_fire", scenario="raid"
     )
     assert config.episode_s == 48.0 and ProtocolConfig().episode_s == 120.0
+    assert dataclasses.replace(config, num_periods=2).episode_s == 10.0
     s = evaluate(config, tmp_path, "raid", progress=False, figures=False, cache_path=None)
     cell = json.loads((tmp_path / "raid" / "cells" / "F_evasive.json").read_text())
     durations = [d for f in cell["episodes_by_tag"] for d in f["duration_s"]]
