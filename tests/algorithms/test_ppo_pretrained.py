@@ -63,6 +63,18 @@ def test_wilson_interval():
     assert lo == 0.0 and 0.0 < hi < 0.005
 
 
+BOTS = ("aggressive", "evasive", "balanced")
+
+
+def assert_clearly_best(resp, measure, bot, tag, direction=1.0):
+    """`tag` beats every other tag on `measure` against `bot` by more than 3 paired SEs (direction -1: lower wins)."""
+    b = BOTS.index(bot)
+    for other in range(4):
+        if other != tag:
+            gain, se = paired_gain(direction * resp[measure][b : b + 1], tag, other)
+            assert gain - 3 * se > 0, (measure, bot, tag, other, gain, se)
+
+
 @needs("B-obey")
 @pytest.mark.slow
 def test_packaged_b_obey_wins_as_a_under_aggressive_and_keeps_its_tags_apart():
@@ -75,22 +87,13 @@ def test_packaged_b_obey_wins_as_a_under_aggressive_and_keeps_its_tags_apart():
     """
     policy, params = load_policy("B-obey")
     resp = tag_response(policy, params, n=256, seed=3, env_id=policy.env_id, shaping_weight=4.0)
-    bots = ("aggressive", "evasive", "balanced")
-
-    def clearly_best(measure, bot, tag, direction=1.0):
-        b = bots.index(bot)
-        for other in range(4):
-            if other != tag:
-                gain, se = paired_gain(direction * resp[measure][b : b + 1], tag, other)
-                assert gain - 3 * se > 0, (measure, bot, tag, other, gain, se)
-
-    for bot in bots:
-        assert resp["npc_win"][bots.index(bot), AGGRESSIVE].mean() >= 0.95, bot
-        clearly_best("far_share", bot, RETREAT_TAG)
+    for b, bot in enumerate(BOTS):
+        assert resp["npc_win"][b, AGGRESSIVE].mean() >= 0.95, bot
+        assert_clearly_best(resp, "far_share", bot, RETREAT_TAG)
     for bot in ("evasive", "balanced"):
-        clearly_best("coverage", bot, SURROUND)
+        assert_clearly_best(resp, "coverage", bot, SURROUND)
     for bot in ("aggressive", "balanced"):
-        clearly_best("distance", bot, AGGRESSIVE, direction=-1.0)
+        assert_clearly_best(resp, "distance", bot, AGGRESSIVE, direction=-1.0)
 
 
 @needs("A-raid")
@@ -98,7 +101,7 @@ def test_packaged_b_obey_wins_as_a_under_aggressive_and_keeps_its_tags_apart():
 def test_packaged_a_raid_wins_within_the_calibration_band_against_every_bot():
     """A-raid, trained on the `raid` preset, wins 20-80% against each bot (docs/arena.md's 500 episodes)."""
     policy, params = load_policy("A-raid")
-    for bot in ("aggressive", "evasive", "balanced"):
+    for bot in BOTS:
         res = run_episodes(policy, params, bot, n=500, seed=0, env_id=policy.env_id, scenario="raid")
         assert 0.2 <= np.mean(res["outcome"] == 1) <= 0.8, bot
 
@@ -113,23 +116,14 @@ def test_packaged_b_obey_raid_plays_a_raid_under_aggressive_and_keeps_its_tags_a
     coverage at every bot, Aggressive's distance against the aggressive bot, Retreat's far share
     against the evasive and balanced bots.
     """
-    bots = ("aggressive", "evasive", "balanced")
     policy, params = load_policy("B-obey-raid")
-    resp = tag_response(policy, params, bots, n=256, seed=5, env_id=policy.env_id, scenario="raid")
+    resp = tag_response(policy, params, BOTS, n=256, seed=5, env_id=policy.env_id, scenario="raid")
     a_policy, a_params = load_policy("A-raid")
-    for b, bot in enumerate(bots):
+    for b, bot in enumerate(BOTS):
         a = run_episodes(a_policy, a_params, bot, n=256, seed=5, env_id=a_policy.env_id, scenario="raid")
         np.testing.assert_array_equal(resp["npc_win"][b, AGGRESSIVE], a["outcome"] == 1)
-
-    def clearly_best(measure, bot, tag, direction=1.0):
-        b = bots.index(bot)
-        for other in range(4):
-            if other != tag:
-                gain, se = paired_gain(direction * resp[measure][b : b + 1], tag, other)
-                assert gain - 3 * se > 0, (measure, bot, tag, other, gain, se)
-
-    for bot in bots:
-        clearly_best("coverage", bot, SURROUND)
-    clearly_best("distance", "aggressive", AGGRESSIVE, direction=-1.0)
+    for bot in BOTS:
+        assert_clearly_best(resp, "coverage", bot, SURROUND)
+    assert_clearly_best(resp, "distance", "aggressive", AGGRESSIVE, direction=-1.0)
     for bot in ("evasive", "balanced"):
-        clearly_best("far_share", bot, RETREAT_TAG)
+        assert_clearly_best(resp, "far_share", bot, RETREAT_TAG)
