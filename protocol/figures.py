@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 
 from jaxarena.files import write_atomic
-from jaxarena.names import BOT_TYPES, DECISION_PERIOD_S, EPISODE_S, NUM_TAGS, TAG_NAMES
+from jaxarena.names import BOT_TYPES, DECISION_PERIOD_S, NUM_TAGS, TAG_NAMES
 
 from .config import episode_sets
 from .selector_figures import selector_figures
-from .tables import format_p
+from .tables import format_p, summary_episode_s
 
 
 def make_figures(run_dir: str | Path, summary: dict, cells: dict[str, dict]) -> list[str]:
@@ -42,7 +42,7 @@ def make_figures(run_dir: str | Path, summary: dict, cells: dict[str, dict]) -> 
         plt.close(fig)
         paths.append(str(write_atomic(run_dir / name, buf.getvalue())))
 
-    episode_s = summary.get("protocol", {}).get("episode_s", EPISODE_S)
+    episode_s = summary_episode_s(summary)
     bins = np.arange(0, episode_s + DECISION_PERIOD_S + 0.1, DECISION_PERIOD_S)
     for comb, num, fname in (("A", 5, "fig5_durations_A.png"), ("B", 6, "fig6_durations_B.png")):
         if comb not in by:

@@ -309,12 +309,16 @@ def _whitebox_table(whitebox: dict) -> list[str]:
     return lines
 
 
+def summary_episode_s(summary: dict) -> float:
+    """The episode length a summary counts a timeout as (older summaries lack it: they all ran 120 s)."""
+    return summary.get("protocol", {}).get("episode_s", EPISODE_S)
+
+
 def render_report(summary: dict, figures: Sequence[str] = ()) -> str:
     """report.md: Tables 6-9 in the paper's layout, ours beside the paper's, then figures and set-up."""
     cfg = summary["config"]
     scenario = cfg.get("scenario", DEFAULT_SCENARIO)
-    # Older summaries lack it: their scenarios all ran the paper's 120 s.
-    episode_s = summary.get("protocol", {}).get("episode_s", EPISODE_S)
+    episode_s = summary_episode_s(summary)
     d = summary["descriptive"]
     llm = summary.get("llm")
     lines = [
