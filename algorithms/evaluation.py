@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxarena
-from jaxarena.intents import INTENTS, MEASURES, episode_measures
+from jaxarena.intents import EXTRA_MEASURES, INTENTS, MEASURES, episode_measures
 from jaxarena.names import BOT_TYPES, BOT_WIN, NPC_WIN, NUM_TAGS, OUTCOMES, TIMEOUT, tag_index
 from jaxarena.policies import Policy
 from jaxarena.runner import hold_tags, make_runner
@@ -50,18 +50,18 @@ def run_episodes(
     Returns numpy arrays of shape (n,): `outcome` (1 NPC win, 2 bot win,
     3 timeout), `episode_time` (s), `damage_dealt` (HP the squad took off
     the bot), `episode_return` (rewards summed, averaged over the 5 NPCs;
-    the team reward alone unless `shaping_weight=...` adds the shaping), and the four intent measures
-    (`jaxarena.intents`): `coverage`, `distance` (also as `mean_distance`),
-    `lateral_share` and `far_share`.
+    the team reward alone unless `shaping_weight=...` adds the shaping), and the intent measures
+    (`jaxarena.intents`): `coverage`, `damage_rate`, `lateral_share`, `far_share`
+    and `distance` (also as `mean_distance`).
     """
     tag = tag_index(tag)
     run, params = _fixed_tag_runner(policy, env_id, n, bot=bot, **env_overrides)
-    return _summary(run(policy_params, params, jax.random.PRNGKey(seed), jnp.int32(tag)))
+    return _summary(run(policy_params, params, jax.random.PRNGKey(seed), jnp.int32(tag)), params.dt)
 
 
-def _summary(result) -> dict[str, np.ndarray]:
+def _summary(result, dt: float) -> dict[str, np.ndarray]:
     result = jax.device_get(result)
-    measures = jax.device_get(episode_measures(result.extras["intents"]))
+    measures = jax.device_get(episode_measures(result.extras["intents"], dt))
     return {
         "outcome": result.outcome,
         "episode_time": result.duration_s,
@@ -111,8 +111,8 @@ def tag_response(
 
     Every (bot, tag) cell replays the same `n` seeded episodes, so tags are
     compared on paired starts. Returns arrays of shape (len(bots), 4 tags, n):
-    the four intent measures (`jaxarena.intents.MEASURES`), `mean_distance`
-    and `lateral_share` (their older names), `damage_dealt`, `episode_time`
+    the four intent measures (`jaxarena.intents.MEASURES`), `distance`
+    (`EXTRA_MEASURES`), `mean_distance` and `lateral_share` (older names), `damage_dealt`, `episode_time`
     and `npc_win` (0/1); average over axes 0 and 2 for one figure per tag.
     """
     # Tags are in play: the arena pays B's reward (shaping on, weight 1) unless told otherwise.
@@ -120,14 +120,13 @@ def tag_response(
     # Bot and tag are traced: one compile serves every cell.
     run, default = _fixed_tag_runner(policy, env_id, n, **env_overrides)
     key = jax.random.PRNGKey(seed)
-    cells = [
-        [
-            _summary(run(policy_params, default.replace(bot_type=jaxarena.bot_index(bot)), key, jnp.int32(tag)))
-            for tag in range(NUM_TAGS)
-        ]
-        for bot in bots
-    ]
-    keys = ("mean_distance", "lateral_share", "damage_dealt", "episode_time", *MEASURES)
+
+    def cell(bot, tag):
+        params = default.replace(bot_type=jaxarena.bot_index(bot))
+        return _summary(run(policy_params, params, key, jnp.int32(tag)), params.dt)
+
+    cells = [[cell(bot, tag) for tag in range(NUM_TAGS)] for bot in bots]
+    keys = ("mean_distance", "lateral_share", "damage_dealt", "episode_time", *MEASURES, *EXTRA_MEASURES)
     out = {k: np.array([[c[k] for c in row] for row in cells], dtype=np.float64) for k in keys}
     out["npc_win"] = np.array([[c["outcome"] == NPC_WIN for c in row] for row in cells], dtype=np.float64)
     return out

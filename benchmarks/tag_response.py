@@ -4,8 +4,9 @@
     python benchmarks/tag_response.py --policy runs/b_intent --episodes 1000 --markdown
 
 Rows: a tag held for the whole episode. Columns: the four intent measures of
-`jaxarena.intents` (coverage for Surround, distance for Aggressive, lateral
-share for Flank, far share for Retreat), each a mean over `--episodes`
+`jaxarena.intents` (coverage for Surround, damage rate for Aggressive, lateral
+share for Flank, far share for Retreat) and, for reference, the mean distance
+to the bot, each a mean over `--episodes`
 seeded episodes with its 95% CI (mean +- 1.96 standard errors). Every cell
 replays the same seeded starts, and so does the reference A, so tags and
 policies are compared on paired episodes.
@@ -29,7 +30,7 @@ import numpy as np
 
 from jaxarena.algorithms.checkpoint import load_policy
 from jaxarena.algorithms.evaluation import run_episodes, tag_response, wilson_interval
-from jaxarena.intents import DIRECTION, MEASURES
+from jaxarena.intents import DIRECTION, EXTRA_MEASURES, MEASURES
 from jaxarena.names import BOT_TYPES, NPC_WIN, NUM_TAGS, TAG_NAMES
 
 
@@ -80,7 +81,7 @@ def main():
         a = run_episodes(ref, ref_params, bot, n=args.episodes, seed=args.seed, env_id=ref.env_id, scenario=scenario)
         a_wins = int(np.sum(a["outcome"] == NPC_WIN))
         a_rate = a_wins / args.episodes
-        cells = {m: [mean_ci(resp[m][b, t]) for t in range(NUM_TAGS)] for m in MEASURES}
+        cells = {m: [mean_ci(resp[m][b, t]) for t in range(NUM_TAGS)] for m in (*MEASURES, *EXTRA_MEASURES)}
         wins = resp["npc_win"][b].sum(axis=1)
         for t in range(NUM_TAGS):
             lo, hi = wilson_interval(int(wins[t]), args.episodes)
@@ -90,7 +91,7 @@ def main():
                 "tag": TAG_NAMES[t],
                 "npc_win": wins[t] / args.episodes,
                 "npc_win_ci": [round(lo, 4), round(hi, 4)],
-                **{m: [round(v, 4) for v in cells[m][t]] for m in MEASURES},
+                **{m: [round(v, 4) for v in cell[t]] for m, cell in cells.items()},
             }
             print(json.dumps(row), flush=True)
         own = {TAG_NAMES[t]: own_tag_best(cells[m], t, DIRECTION[t]) for t, m in enumerate(MEASURES)}
@@ -112,12 +113,12 @@ def main():
     if args.markdown:
         for bot, cells, wins, a_rate, own in tables:
             print(f"\n**{bot} bot** ({args.episodes} episodes per row; A wins {100 * a_rate:.1f}%)\n")
-            print("| tag held | win % | " + " | ".join(MEASURES) + " |")
-            print("|---|---|" + "---|" * len(MEASURES))
+            print("| tag held | win % | " + " | ".join(cells) + " |")
+            print("|---|---|" + "---|" * len(cells))
             for t in range(NUM_TAGS):
                 vals = []
-                for m_i, m in enumerate(MEASURES):
-                    mean, lo, hi = cells[m][t]
+                for m_i, cell in enumerate(cells.values()):
+                    mean, lo, hi = cell[t]
                     mark = "**" if m_i == t else ""
                     vals.append(f"{mark}{mean:.3f} [{lo:.3f}, {hi:.3f}]{mark}")
                 print(f"| {TAG_NAMES[t]} | {100 * wins[t] / args.episodes:.1f} | " + " | ".join(vals) + " |")

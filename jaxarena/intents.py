@@ -6,10 +6,17 @@ the ticks of the fight, computed from the state the squad acted in:
     tag         measure           definition                                          more intent
     ----------  ----------------  --------------------------------------------------  -----------
     Surround    coverage          1 - widest bearing gap in the NPCs' ring, scaled    higher
-    Aggressive  distance          mean distance living NPC -> bot (u)                 lower
+    Aggressive  damage_rate       HP the squad takes off the bot per second (HP/s)    higher
     Flank       lateral_share     share of living NPC-ticks at 60-120 deg from the    higher
                                   bot's facing
     Retreat     far_share         share of living NPC-ticks at >= 8 u from the bot    higher
+
+`distance` (mean distance living NPC -> bot, u) is measured too, and was
+Aggressive's measure until issue #11's seventh stop. It counts the chase, not
+the attack: against the evasive bot, A's winning chase keeps 9 u off the bot,
+farther than a Surround ring that never wins. The issue names both distance
+and damage rate; damage rate is the one that says whether a squad presses
+the attack (docs/arena.md, "Intents").
 
 Coverage is 1 when the living NPCs stand evenly around the bot and falls with
 the widest gap in their ring (see `coverage`).
@@ -34,15 +41,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .names import TAG_NAMES
+from .names import DT, TAG_NAMES
 from .physics import norm
 from .rewards import RETREAT_DISTANCE, bearing_cos_sin
 from .runner import Accumulator, Tick
 
 #: One measure per tag, in tag order; the tag-response matrix's columns.
-MEASURES = ("coverage", "distance", "lateral_share", "far_share")
-#: +1 where a higher value means more of the tag's intent, -1 where lower does (distance).
-DIRECTION = (1.0, -1.0, 1.0, 1.0)
+MEASURES = ("coverage", "damage_rate", "lateral_share", "far_share")
+#: +1 where a higher value means more of the tag's intent, -1 where lower does (all higher, today).
+DIRECTION = (1.0, 1.0, 1.0, 1.0)
+#: Measured and reported beside `MEASURES`, but no tag's target.
+EXTRA_MEASURES = ("distance",)
 MEASURE_OF_TAG = dict(zip(TAG_NAMES, MEASURES, strict=True))
 
 
@@ -93,12 +102,15 @@ def _zeros(n: int) -> dict:
         "distance": jnp.zeros(n),
         "lateral_share": jnp.zeros(n, jnp.int32),
         "far_share": jnp.zeros(n, jnp.int32),
+        "damage": jnp.zeros(n),
     }
 
 
 def _update(acc: dict, tick: Tick) -> dict:
     alive = (tick.state.npc_hp > 0.0) & tick.running[:, None]
     sums = jax.vmap(tick_measures)(tick.state, alive)
+    # The step's damage, killing blow included; an ended episode's ticks add nothing.
+    sums["damage"] = jnp.where(tick.running, tick.next_state.damage_dealt - tick.state.damage_dealt, 0.0)
     engaged = acc["engaged"] | jax.vmap(_engaged)(tick.state, alive)
 
     def add(total, s, gate):
@@ -118,13 +130,18 @@ INTENTS = Accumulator(
 )
 
 
-def episode_measures(acc: dict) -> dict[str, jax.Array]:
-    """Per-episode measures (N,) from the `INTENTS` accumulator's final value: over the fight, else all ticks."""
+def episode_measures(acc: dict, dt: float = DT) -> dict[str, jax.Array]:
+    """Per-episode measures (N,) from the `INTENTS` accumulator's final value: over the fight, else all ticks.
+
+    `dt` is the arena's tick length (s), for the damage rate; `EnvParams.dt`.
+    """
     fought = acc["fight"]["npc_ticks"] > 0
     sums = jax.tree.map(lambda f, a: jnp.where(fought, f, a), acc["fight"], acc["all"])
     npc_ticks = jnp.maximum(sums["npc_ticks"], 1).astype(jnp.float32)
+    ticks = jnp.maximum(sums["ticks"], 1)
     return {
-        "coverage": sums["coverage"] / jnp.maximum(sums["ticks"], 1),
+        "coverage": sums["coverage"] / ticks,
+        "damage_rate": sums["damage"] / (ticks * dt),
         "distance": sums["distance"] / npc_ticks,
         "lateral_share": sums["lateral_share"] / npc_ticks,
         "far_share": sums["far_share"] / npc_ticks,

@@ -60,6 +60,27 @@ def test_the_intents_accumulator_averages_over_an_episode():
     assert np.all(np.asarray(measures["distance"]) > 0)
 
 
+def test_damage_rate_counts_every_hit_of_the_episode_and_nothing_after_it():
+    # A harmless, standing bot: the squad kills it, and the runs end at different ticks.
+    env, params = jaxarena.make("Arena-v0", bot="aggressive", bot_speed=0.0, bot_melee_damage=0.0, episode_s=30.0)
+    run = make_runner(env, params, focus_fire_policy, 1, num_episodes=8, accumulators={"intents": INTENTS})
+    result = run(None, params, jax.random.key(0))
+    acc = result.extras["intents"]
+    # Killing blows included, ticks after the end excluded: the sum is the runner's own damage total.
+    np.testing.assert_allclose(np.asarray(acc["all"]["damage"]), np.asarray(result.damage_dealt), rtol=1e-5)
+    rate = np.asarray(episode_measures(acc, params.dt)["damage_rate"])
+    fight_s = np.asarray(acc["fight"]["ticks"]) * params.dt
+    np.testing.assert_allclose(rate, np.asarray(acc["fight"]["damage"]) / fight_s, rtol=1e-5)
+    # Five melee hits of 15 HP every 0.5 s and five orbs of 5 HP a second bound any squad's rate.
+    assert np.all((rate > 0.0) & (rate <= 5 * 15 / 0.5 + 5 * 5 / 1.0))
+    # A squad that only retreats deals nothing.
+    idle = make_runner(
+        env, params, lambda p, o, k: jnp.full(o.shape[:-1], 4, jnp.int32), 1, 8, accumulators={"intents": INTENTS}
+    )
+    idle_acc = idle(None, params, jax.random.key(1)).extras["intents"]
+    assert np.all(np.asarray(episode_measures(idle_acc, params.dt)["damage_rate"]) == 0)
+
+
 def test_the_env_pays_the_recipe_it_is_given():
     env, paper = jaxarena.make("Arena-v0", bot="aggressive", bot_speed=0.0, shaping_weight=1.0)
     intent = paper.replace(shaping_recipe=1)

@@ -80,20 +80,18 @@ def assert_clearly_best(resp, measure, bot, tag, direction=1.0):
 def test_packaged_b_obey_wins_as_a_under_aggressive_and_keeps_its_tags_apart():
     """B-obey (docs/training.md, v11): its Aggressive expert is A, frozen; the separated cells hold.
 
-    256 paired episodes per cell (docs: 500). Aggressive wins like A against every bot;
-    Retreat keeps farther than every other tag at every bot; Surround rings the evasive
-    and balanced bots tighter; Aggressive stands closest to the aggressive and balanced
-    bots. The five cells the docs report failing are not asserted.
+    256 paired episodes per cell (docs: 500). Aggressive wins like A and deals damage fastest
+    against every bot; Retreat keeps farther than every other tag at every bot; Surround rings
+    the evasive and balanced bots tighter. The four cells the docs report failing are not asserted.
     """
     policy, params = load_policy("B-obey")
     resp = tag_response(policy, params, n=256, seed=3, env_id=policy.env_id, shaping_weight=4.0)
     for b, bot in enumerate(BOTS):
         assert resp["npc_win"][b, AGGRESSIVE].mean() >= 0.95, bot
         assert_clearly_best(resp, "far_share", bot, RETREAT_TAG)
+        assert_clearly_best(resp, "damage_rate", bot, AGGRESSIVE)
     for bot in ("evasive", "balanced"):
         assert_clearly_best(resp, "coverage", bot, SURROUND)
-    for bot in ("aggressive", "balanced"):
-        assert_clearly_best(resp, "distance", bot, AGGRESSIVE, direction=-1.0)
 
 
 @needs("A-raid")
@@ -112,9 +110,10 @@ def test_packaged_a_raid_wins_within_the_calibration_band_against_every_bot():
 def test_packaged_b_obey_raid_plays_a_raid_under_aggressive_and_keeps_its_tags_apart():
     """B-obey-raid's frozen Aggressive expert is A-raid: the same episodes, won or lost alike.
 
-    And the 6 separated cells of docs/training.md hold (256 paired episodes, 3 SE): Surround's
-    coverage at every bot, Aggressive's distance against the aggressive bot, Retreat's far share
-    against the evasive and balanced bots.
+    And 7 of the 8 separated cells of docs/training.md hold (256 paired episodes, 3 SE): Surround's
+    coverage at every bot, Aggressive's damage rate against the evasive and balanced bots, Retreat's
+    far share against them too. The eighth, Aggressive's damage rate against the aggressive bot, is
+    too close to Retreat's to assert (docs: 84.1 vs 78.0 HP/s over 500 episodes; +3.7 +- 2.4 here).
     """
     policy, params = load_policy("B-obey-raid")
     resp = tag_response(policy, params, BOTS, n=256, seed=5, env_id=policy.env_id, scenario="raid")
@@ -124,6 +123,7 @@ def test_packaged_b_obey_raid_plays_a_raid_under_aggressive_and_keeps_its_tags_a
         np.testing.assert_array_equal(resp["npc_win"][b, AGGRESSIVE], a["outcome"] == 1)
     for bot in BOTS:
         assert_clearly_best(resp, "coverage", bot, SURROUND)
-    assert_clearly_best(resp, "distance", "aggressive", AGGRESSIVE, direction=-1.0)
+    for bot in ("evasive", "balanced"):
+        assert_clearly_best(resp, "damage_rate", bot, AGGRESSIVE)
     for bot in ("evasive", "balanced"):
         assert_clearly_best(resp, "far_share", bot, RETREAT_TAG)
