@@ -21,8 +21,6 @@ OBSERVATIONS = {
     "Arena-v0": {},
     "ArenaFacing-v0": {"observe_facing": True},
     "ArenaFormation-v0": {"observe_formation": True},
-    # v0 with Flank's formation given roles: a bait in front of the bot, four flankers at its sides.
-    "ArenaFormation-v1": {"observe_formation": True, "flank_roles": True},
 }
 REGISTERED_IDS = tuple(OBSERVATIONS)
 _ARRAY_FIELDS = {"boxes": (None, 4), "npc_spawn": (4,), "bot_spawn": (4,)}

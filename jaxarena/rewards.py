@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from .formations import slot_closeness
-from .names import FLANK, SURROUND
+from .names import SURROUND
 from .physics import norm
 from .types import NUM_TAGS, EnvParams, arena_diagonal
 
@@ -64,13 +64,7 @@ def team_reward(damage_to_bot, bot_killed, squad_wiped, params: EnvParams) -> ja
 
 
 def intent_shaping(
-    tag: jax.Array,
-    npc_pos: jax.Array,
-    bot_pos: jax.Array,
-    bot_facing: jax.Array,
-    alive: jax.Array,
-    params: EnvParams,
-    flank_roles: bool = False,
+    tag: jax.Array, npc_pos: jax.Array, bot_pos: jax.Array, bot_facing: jax.Array, alive: jax.Array, params: EnvParams
 ) -> jax.Array:
     """The "intent" recipe's per-step shaping of `tag` for each NPC: (5,) float32, before `shaping_weight`.
 
@@ -93,10 +87,11 @@ def intent_shaping(
     and far enough not to finish the bot. The same terms as costs (<= 0) made
     ending the fight fast dominate, and every tag collapsed into a rush.
     """
+    del alive  # the slots are per NPC; kept for the shared signature of `tag_shaping`
     d = norm(npc_pos - bot_pos)
     closeness = 1.0 - d / arena_diagonal(params)
     contact = 1.0 - jnp.minimum(d / ENGAGE_FAR, 1.0)
-    slot = SLOT_GAIN * slot_closeness(tag, npc_pos, bot_pos, bot_facing, params, roles=flank_roles, alive=alive)
+    slot = SLOT_GAIN * slot_closeness(tag, npc_pos, bot_pos, bot_facing, params)
     terms = jnp.stack(
         [
             slot,  # 0 Surround
@@ -108,15 +103,7 @@ def intent_shaping(
     return INTENT_SCALE * terms[jnp.clip(tag, 0, NUM_TAGS - 1)]
 
 
-def obey_shaping(
-    tag: jax.Array,
-    npc_pos: jax.Array,
-    bot_pos: jax.Array,
-    bot_facing: jax.Array,
-    params: EnvParams,
-    alive: jax.Array | None = None,
-    flank_roles: bool = False,
-):
+def obey_shaping(tag: jax.Array, npc_pos: jax.Array, bot_pos: jax.Array, bot_facing: jax.Array, params: EnvParams):
     """The "obey" recipe's per-step shaping of `tag` for each NPC: (5,) float32, before `shaping_weight`.
 
     Trained with the tag held for whole episodes and one expert per tag
@@ -130,35 +117,27 @@ def obey_shaping(
     - Flank: SLOT_GAIN while the NPC stands 60-120 degrees off the bot's
       facing within FLANK_REACH; v5-v7's slots 2.3 u off the bot's sides
       sat inside its melee reach and turned with it, and were never held.
-      With `flank_roles` ("ArenaFormation-v1"), nearness to the NPC's slot in
-      the bait-and-flankers formation instead (`formations.flank_role_slots`).
     - Retreat: +1 at 8 u or more, -1 inside, as in the intent recipe.
     """
     cos, _ = bearing_cos_sin(npc_pos, bot_pos, bot_facing)
     d = norm(npc_pos - bot_pos)
-    if flank_roles:
-        flank = slot_closeness(FLANK, npc_pos, bot_pos, bot_facing, params, roles=True, alive=alive)
-    else:
-        flank = ((jnp.abs(cos) < 0.5) & (d <= FLANK_REACH)).astype(jnp.float32)
+    lateral = (jnp.abs(cos) < 0.5) & (d <= FLANK_REACH)
     terms = jnp.stack(
         [
             SLOT_GAIN * slot_closeness(SURROUND, npc_pos, bot_pos, bot_facing, params),  # 0 Surround
             jnp.zeros_like(d),  # 1 Aggressive
-            SLOT_GAIN * flank,  # 2 Flank
+            SLOT_GAIN * lateral.astype(jnp.float32),  # 2 Flank
             jnp.where(d >= RETREAT_DISTANCE, 1.0, -1.0),  # 3 Retreat
         ]
     )
     return INTENT_SCALE * terms[jnp.clip(tag, 0, NUM_TAGS - 1)]
 
 
-def tag_shaping(tag, npc_pos, bot_pos, bot_facing, alive, params: EnvParams, flank_roles: bool = False) -> jax.Array:
-    """The active recipe's shaping of `tag` per NPC: Table 5 (`shaping_recipe` 0), intent (1) or obey (2).
-
-    `flank_roles` (static, "ArenaFormation-v1") gives Flank's slots roles in the intent and obey recipes.
-    """
+def tag_shaping(tag, npc_pos, bot_pos, bot_facing, alive, params: EnvParams) -> jax.Array:
+    """The active recipe's shaping of `tag` per NPC: Table 5 (`shaping_recipe` 0), intent (1) or obey (2)."""
     paper = shaping(tag, npc_pos, bot_pos, bot_facing, params)
-    intent = intent_shaping(tag, npc_pos, bot_pos, bot_facing, alive, params, flank_roles)
-    obey = obey_shaping(tag, npc_pos, bot_pos, bot_facing, params, alive, flank_roles)
+    intent = intent_shaping(tag, npc_pos, bot_pos, bot_facing, alive, params)
+    obey = obey_shaping(tag, npc_pos, bot_pos, bot_facing, params)
     return jnp.select(
         [params.shaping_recipe == INTENT_RECIPE, params.shaping_recipe == OBEY_RECIPE], [intent, obey], paper
     )

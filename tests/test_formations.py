@@ -9,9 +9,7 @@ from conftest import build_state
 
 import jaxarena
 from jaxarena.formations import (
-    BAIT_RADIUS,
     FLANK_RADIUS,
-    FLANKER_RADIUS,
     SURROUND_RADIUS,
     slot_closeness,
     slot_features,
@@ -29,15 +27,7 @@ from jaxarena.names import (
     SURROUND,
 )
 from jaxarena.physics import norm
-from jaxarena.rewards import (
-    FLANK_REACH,
-    INTENT_SCALE,
-    SLOT_GAIN,
-    bearing_cos_sin,
-    intent_shaping,
-    obey_shaping,
-    tag_shaping,
-)
+from jaxarena.rewards import FLANK_REACH, INTENT_SCALE, SLOT_GAIN, intent_shaping, obey_shaping, tag_shaping
 
 BOT = jnp.array([15.0, 15.0])
 EAST, NORTH = jnp.array([1.0, 0.0]), jnp.array([0.0, 1.0])
@@ -75,41 +65,6 @@ def test_surround_is_an_even_world_fixed_ring_and_flank_hugs_the_bots_sides():
         assert 0 < np.sum(sides > 0) < 5  # both sides taken
     for tag in (AGGRESSIVE, RETREAT_TAG):
         assert not bool(slot_positions(jnp.int32(tag), BOT, EAST, PARAMS)[1])
-
-
-def test_flank_roles_put_the_nearest_living_npc_in_front_and_the_others_at_the_sides():
-    # NPC 3 is nearest the bot (facing north), then NPC 1; the rest farther off.
-    npc = BOT + jnp.array([[6.0, 0.0], [0.0, -3.0], [-7.0, 1.0], [1.0, 1.0], [0.0, 9.0]])
-    for alive, bait in ((ALIVE, 3), (ALIVE.at[3].set(False), 1)):  # a dead NPC is nobody's bait
-        slots, has = slot_positions(jnp.int32(FLANK), BOT, NORTH, PARAMS, roles=True, npc_pos=npc, alive=alive)
-        assert bool(has)
-        np.testing.assert_allclose(slots[bait], BOT + BAIT_RADIUS * NORTH, atol=1e-5)
-        others = [i for i in range(5) if i != bait]
-        np.testing.assert_allclose(norm(slots[jnp.array(others)] - BOT), FLANKER_RADIUS, rtol=1e-5)
-        off = bearings_deg(slots[jnp.array(others)], BOT, NORTH)
-        # In index order, skipping the bait: 80, -80, 105, -105 degrees off the facing.
-        np.testing.assert_allclose(off, [80.0, -80.0, 105.0, -105.0], atol=1e-3)
-    # The default formation does not depend on the NPCs; roles without them are an error.
-    plain, _ = slot_positions(jnp.int32(FLANK), BOT, NORTH, PARAMS, npc_pos=npc)
-    np.testing.assert_allclose(plain, slot_positions(jnp.int32(FLANK), BOT, NORTH, PARAMS)[0])
-    with pytest.raises(ValueError, match="npc_pos"):
-        slot_positions(jnp.int32(FLANK), BOT, NORTH, PARAMS, roles=True)
-
-
-def test_obey_with_flank_roles_pays_each_npc_for_its_role_slot():
-    params = jaxarena.make("Arena-v0", shaping_recipe=2)[1]
-    npc = BOT + jnp.array([[6.0, 0.0], [0.0, -3.0], [-7.0, 1.0], [1.0, 1.0], [0.0, 9.0]])
-    slots, _ = slot_positions(jnp.int32(FLANK), BOT, NORTH, params, roles=True, npc_pos=npc)
-    # Standing on its role slot pays each NPC in full (the nearest is still NPC 3, the bait).
-    pay = obey_shaping(jnp.int32(FLANK), slots, BOT, NORTH, params, ALIVE, flank_roles=True)
-    np.testing.assert_allclose(pay, SLOT_GAIN * INTENT_SCALE, rtol=1e-5)
-    # Without roles the bait's slot, straight ahead, earns nothing.
-    assert float(obey_shaping(jnp.int32(FLANK), slots, BOT, NORTH, params)[3]) == 0.0
-    for tag in range(4):
-        np.testing.assert_array_equal(
-            tag_shaping(jnp.int32(tag), slots, BOT, NORTH, ALIVE, params, flank_roles=True),
-            obey_shaping(jnp.int32(tag), slots, BOT, NORTH, params, ALIVE, flank_roles=True),
-        )
 
 
 def test_closeness_is_one_at_the_slot_zero_far_away_and_zero_without_a_slot():
@@ -201,26 +156,6 @@ def test_the_formation_observation_carries_the_slots_and_follows_a_retag():
     np.testing.assert_allclose(facing_env.observe(state, params), obs[:, :25])
 
 
-def test_formation_v1_differs_from_v0_only_in_flanks_slots():
-    v0, params = jaxarena.make("ArenaFormation-v0")
-    v1, _ = jaxarena.make("ArenaFormation-v1")
-    assert v1.obs_size == 28 and v1.env_id == "ArenaFormation-v1" and v1.flank_roles
-    _, state = v1.reset(jax.random.key(2), params)
-    state = state.replace(npc_hp=state.npc_hp.at[0].set(0.0))  # the dead are nobody's bait
-    for tag in range(4):
-        tagged = v1.set_tag(state, tag)
-        o0, o1 = v0.observe(tagged, params), v1.observe(tagged, params)
-        np.testing.assert_array_equal(o0[:, :25], o1[:, :25])
-        if tag != FLANK:
-            np.testing.assert_array_equal(o0, o1)
-    flank = v1.set_tag(state, FLANK)
-    want = slot_features(
-        flank.tag, flank.npc_pos, flank.bot_pos, flank.bot_facing, params, roles=True, alive=flank.npc_hp > 0
-    )
-    np.testing.assert_allclose(v1.observe(flank, params)[:, 25:], want)
-    assert not np.allclose(v0.observe(flank, params)[:, 25:], want)
-
-
 def steer_to_slot(obs):
     """Reach the slot with Table 4's bot-relative actions, reading only the slot features."""
     sin_e, cos_e, radial = obs[..., 25], obs[..., 26], obs[..., 27]
@@ -232,13 +167,9 @@ def steer_to_slot(obs):
 
 
 # Flank's slots turn with the bot, which keeps facing its nearest NPC, so they are chased, not held.
-# With roles the bot faces its bait, and the flankers' slots hold still.
-@pytest.mark.parametrize(
-    "env_id, tag, reached",
-    [("ArenaFormation-v0", SURROUND, 0.8), ("ArenaFormation-v0", FLANK, 0.6), ("ArenaFormation-v1", FLANK, 0.8)],
-)
-def test_the_features_suffice_to_reach_the_slots(env_id, tag, reached):
-    env, params = jaxarena.make(env_id, bot="aggressive", bot_speed=0.0, bot_melee_damage=0.0)
+@pytest.mark.parametrize("tag, reached", [(SURROUND, 0.8), (FLANK, 0.6)])
+def test_the_features_suffice_to_reach_the_slots(tag, reached):
+    env, params = jaxarena.make("ArenaFormation-v0", bot="aggressive", bot_speed=0.0, bot_melee_damage=0.0)
     # The bot north of the central box, the squad scattered around it: every slot is in reach.
     angles = np.deg2rad([10.0, 100.0, 170.0, 250.0, 300.0])
     npc = np.array([15.0, 24.0]) + 4.0 * np.stack([np.cos(angles), np.sin(angles)], axis=-1)
@@ -252,10 +183,5 @@ def test_the_features_suffice_to_reach_the_slots(env_id, tag, reached):
         return (env.observe(state, params), state), None
 
     (_, state), _ = jax.lax.scan(tick, (obs, state), jax.random.split(jax.random.key(1), 200))
-    close = slot_closeness(
-        state.tag, state.npc_pos, state.bot_pos, state.bot_facing, params, roles=env.flank_roles, alive=ALIVE
-    )
+    close = slot_closeness(state.tag, state.npc_pos, state.bot_pos, state.bot_facing, params)
     assert float(jnp.mean(close)) > reached, close
-    if env.flank_roles:  # the four flankers stand in Flank's 60-120 degree arcs, the bait in front
-        cos, _ = bearing_cos_sin(state.npc_pos, state.bot_pos, state.bot_facing)
-        assert int(jnp.sum(jnp.abs(cos) < 0.5)) == 4, cos
