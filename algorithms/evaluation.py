@@ -112,7 +112,7 @@ def tag_response(
     Every (bot, tag) cell replays the same `n` seeded episodes, so tags are
     compared on paired starts. Returns arrays of shape (len(bots), 4 tags, n):
     the four intent measures (`jaxarena.intents.MEASURES`), `distance`
-    (`EXTRA_MEASURES`), `mean_distance` and `lateral_share` (older names), `damage_dealt`, `episode_time`
+    (`EXTRA_MEASURES`; also as its older name `mean_distance`), `damage_dealt`, `episode_time`
     and `npc_win` (0/1); average over axes 0 and 2 for one figure per tag.
     """
     # Tags are in play: the arena pays B's reward (shaping on, weight 1) unless told otherwise.

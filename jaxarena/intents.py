@@ -1,7 +1,8 @@
 """What each strategy tag asks of the squad: one intent measure per tag, and the shaping that pays for it.
 
 The four measures (docs/arena.md, "Intents") are per-episode averages over
-the ticks of the fight, computed from the state the squad acted in:
+the ticks of the fight, computed from the state the squad acted in (the damage
+rate from what the tick's step took off the bot):
 
     tag         measure           definition                                          more intent
     ----------  ----------------  --------------------------------------------------  -----------
@@ -14,7 +15,7 @@ the ticks of the fight, computed from the state the squad acted in:
 `distance` (mean distance living NPC -> bot, u) is measured too, and was
 Aggressive's measure until issue #11's seventh stop. It counts the chase, not
 the attack: against the evasive bot, A's winning chase keeps 9 u off the bot,
-farther than a Surround ring that never wins. The issue names both distance
+farther than B-obey's Surround ring, which wins 26%. The issue names both distance
 and damage rate; damage rate is the one that says whether a squad presses
 the attack (docs/arena.md, "Intents").
 
@@ -41,7 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .names import DT, TAG_NAMES
+from .names import TAG_NAMES
 from .physics import norm
 from .rewards import RETREAT_DISTANCE, bearing_cos_sin
 from .runner import Accumulator, Tick
@@ -130,10 +131,12 @@ INTENTS = Accumulator(
 )
 
 
-def episode_measures(acc: dict, dt: float = DT) -> dict[str, jax.Array]:
+def episode_measures(acc: dict, dt: float) -> dict[str, jax.Array]:
     """Per-episode measures (N,) from the `INTENTS` accumulator's final value: over the fight, else all ticks.
 
-    `dt` is the arena's tick length (s), for the damage rate; `EnvParams.dt`.
+    `dt` is the arena's tick length (s), `EnvParams.dt`, for the damage rate:
+    required, since a default would silently misstate the rate of an arena
+    built with another tick.
     """
     fought = acc["fight"]["npc_ticks"] > 0
     sums = jax.tree.map(lambda f, a: jnp.where(fought, f, a), acc["fight"], acc["all"])

@@ -9,8 +9,9 @@ from conftest import build_state
 
 import jaxarena
 from jaxarena.intents import INTENTS, MEASURES, coverage, episode_measures, tick_measures
+from jaxarena.names import NPC_WIN
 from jaxarena.policies import focus_fire_policy
-from jaxarena.runner import make_runner
+from jaxarena.runner import Tick, make_runner
 
 BOT = np.array([15.0, 15.0], np.float32)
 FACING_EAST = jnp.array([1.0, 0.0])
@@ -53,32 +54,43 @@ def test_tick_measures_on_a_hand_built_state():
 def test_the_intents_accumulator_averages_over_an_episode():
     env, params = jaxarena.make("Arena-v0", bot="aggressive", episode_s=5.0)
     run = make_runner(env, params, focus_fire_policy, 1, num_episodes=4, accumulators={"intents": INTENTS})
-    measures = episode_measures(run(None, params, jax.random.key(0)).extras["intents"])
+    measures = episode_measures(run(None, params, jax.random.key(0)).extras["intents"], params.dt)
     chex.assert_shape([measures[m] for m in MEASURES], (4,))
     chex.assert_tree_all_finite(measures)
     assert np.all((np.asarray(measures["coverage"]) >= 0) & (np.asarray(measures["coverage"]) <= 1))
     assert np.all(np.asarray(measures["distance"]) > 0)
 
 
-def test_damage_rate_counts_every_hit_of_the_episode_and_nothing_after_it():
-    # A harmless, standing bot: the squad kills it, and the runs end at different ticks.
+def test_damage_rate_is_the_fights_damage_over_its_seconds_killing_blow_included():
+    # A harmless, standing bot and a melee-only squad: nothing lands before the fight starts at 8 u.
     env, params = jaxarena.make("Arena-v0", bot="aggressive", bot_speed=0.0, bot_melee_damage=0.0, episode_s=30.0)
     run = make_runner(env, params, focus_fire_policy, 1, num_episodes=8, accumulators={"intents": INTENTS})
     result = run(None, params, jax.random.key(0))
     acc = result.extras["intents"]
-    # Killing blows included, ticks after the end excluded: the sum is the runner's own damage total.
+    assert np.all(np.asarray(result.outcome) == NPC_WIN)
+    # Every HP of the bot, the killing blow included, is in the fight's damage, and the walk-in is not in its time.
+    np.testing.assert_allclose(np.asarray(acc["fight"]["damage"]), params.bot_hp, rtol=1e-5)
     np.testing.assert_allclose(np.asarray(acc["all"]["damage"]), np.asarray(result.damage_dealt), rtol=1e-5)
+    fight_ticks, all_ticks = np.asarray(acc["fight"]["ticks"]), np.asarray(acc["all"]["ticks"])
+    assert np.all(fight_ticks < all_ticks)
     rate = np.asarray(episode_measures(acc, params.dt)["damage_rate"])
-    fight_s = np.asarray(acc["fight"]["ticks"]) * params.dt
-    np.testing.assert_allclose(rate, np.asarray(acc["fight"]["damage"]) / fight_s, rtol=1e-5)
-    # Five melee hits of 15 HP every 0.5 s and five orbs of 5 HP a second bound any squad's rate.
-    assert np.all((rate > 0.0) & (rate <= 5 * 15 / 0.5 + 5 * 5 / 1.0))
-    # A squad that only retreats deals nothing.
-    idle = make_runner(
-        env, params, lambda p, o, k: jnp.full(o.shape[:-1], 4, jnp.int32), 1, 8, accumulators={"intents": INTENTS}
-    )
-    idle_acc = idle(None, params, jax.random.key(1)).extras["intents"]
-    assert np.all(np.asarray(episode_measures(idle_acc, params.dt)["damage_rate"]) == 0)
+    np.testing.assert_allclose(rate, params.bot_hp / (fight_ticks * params.dt), rtol=1e-5)
+    # A tick's dt scales the rate: the same sums at half the tick length are twice the rate.
+    np.testing.assert_allclose(np.asarray(episode_measures(acc, params.dt / 2)["damage_rate"]), 2 * rate, rtol=1e-5)
+
+
+def test_the_intents_accumulator_adds_no_damage_from_a_tick_after_the_episode_ended():
+    params = jaxarena.make("Arena-v0")[1]
+    before = build_state(params, npc_pos=ring(3.0, [0, 72, 144, 216, 288]), bot_pos=BOT)
+    after = before.replace(damage_dealt=before.damage_dealt + 15.0)
+
+    def tick(running):
+        batch = lambda s: jax.tree.map(lambda x: jnp.stack([x, x]), s)  # noqa: E731
+        return Tick(None, batch(before), None, batch(after), None, None, None, jnp.array(running))
+
+    acc = INTENTS.update(INTENTS.init(2), tick([True, False]))
+    np.testing.assert_allclose(np.asarray(acc["all"]["damage"]), [15.0, 0.0])
+    np.testing.assert_allclose(np.asarray(acc["fight"]["damage"]), [15.0, 0.0])  # 3 u off: the fight is on
 
 
 def test_the_env_pays_the_recipe_it_is_given():
@@ -99,7 +111,7 @@ def test_measures_start_with_the_fight_not_the_walk_in():
     run = make_runner(env, params, focus_fire_policy, 1, num_episodes=8, accumulators={"intents": INTENTS})
     result = run(None, params, jax.random.key(0))
     acc = result.extras["intents"]
-    measures = episode_measures(acc)
+    measures = episode_measures(acc, params.dt)
     assert bool(jnp.all(acc["engaged"]))
     whole = acc["all"]["distance"] / acc["all"]["npc_ticks"]
     assert np.all(np.asarray(measures["distance"]) < 8.0)
@@ -112,5 +124,5 @@ def test_measures_start_with_the_fight_not_the_walk_in():
     acc = hold(None, far, jax.random.key(1)).extras["intents"]
     never = ~np.asarray(acc["engaged"])
     assert never.any()
-    got = np.asarray(episode_measures(acc)["far_share"])[never]
+    got = np.asarray(episode_measures(acc, far.dt)["far_share"])[never]
     np.testing.assert_allclose(got, np.asarray(acc["all"]["far_share"] / acc["all"]["npc_ticks"])[never])

@@ -113,7 +113,7 @@ def test_packaged_b_obey_raid_plays_a_raid_under_aggressive_and_keeps_its_tags_a
     And 7 of the 8 separated cells of docs/training.md hold (256 paired episodes, 3 SE): Surround's
     coverage at every bot, Aggressive's damage rate against the evasive and balanced bots, Retreat's
     far share against them too. The eighth, Aggressive's damage rate against the aggressive bot, is
-    too close to Retreat's to assert (docs: 84.1 vs 78.0 HP/s over 500 episodes; +3.7 +- 2.4 here).
+    too close to Retreat's to assert (docs: 84.1 vs 78.0 HP/s over 500 episodes; here +3.7, SE 2.4).
     """
     policy, params = load_policy("B-obey-raid")
     resp = tag_response(policy, params, BOTS, n=256, seed=5, env_id=policy.env_id, scenario="raid")
