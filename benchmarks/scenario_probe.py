@@ -5,9 +5,12 @@ arena, the runner's paired starts) with each intent squad of
 `jaxarena.policies` and with squads that switch tactic by the bot's *true*
 mode (read from the state every decision period by `true_mode_tags`; an
 oracle, not a player). Prints one JSON line per cell: NPC win rate with its
-95% Wilson interval.
+95% Wilson interval, and the mean intent measures of `jaxarena.intents`
+(coverage, damage rate, lateral share, far share) for what a scripted squad
+reaches on the tag-response matrix's columns.
 
     python benchmarks/scenario_probe.py --scenario headroom --episodes 512 [--seeds 0 1]
+    python benchmarks/scenario_probe.py --scenario paper --episodes 256 --squads FLANK "SIDES 5-7.5u" "SIDES 6-11u"
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ import numpy as np
 
 import jaxarena
 from jaxarena.algorithms.evaluation import wilson_interval
+from jaxarena.intents import INTENTS, MEASURES, episode_measures
 from jaxarena.names import NPC_WIN
 from jaxarena.policies import (
     flank_policy,
     hybrid_policy,
     kite_policy,
+    make_side_keeper,
     rush_policy,
     surround_policy,
     tag_switch_policy,
@@ -43,6 +48,9 @@ SQUADS = {
     "KITE": (kite_policy, 0),
     "SURROUND": (surround_policy, 0),
     "FLANK": (flank_policy, 0),
+    # Flank by the bot's facing, in two distance bands (docs/training.md, "Stop 7").
+    "SIDES 5-7.5u": (make_side_keeper(5.0, 7.5), 0),
+    "SIDES 6-11u": (make_side_keeper(6.0, 11.0), 0),
     "HYBRID": (hybrid_policy, 0),
     "RUSH>KITE by mode": (tag_switch_policy(rush_policy, kite_policy), "mode"),
     "HYBRID>KITE by mode": (tag_switch_policy(hybrid_policy, kite_policy), "mode"),
@@ -62,17 +70,20 @@ def main() -> None:
     args = parser.parse_args()
     overrides = {} if args.decision_period_s is None else {"decision_period_s": args.decision_period_s}
     overrides.update({k: float(v) for k, v in (item.split("=", 1) for item in args.set)})
-    env, params = jaxarena.make("Arena-v0", scenario=args.scenario, **overrides)
+    # The facing is appended to the paper's observation, which the side keepers read; the others ignore it.
+    env, params = jaxarena.make("ArenaFacing-v0", scenario=args.scenario, **overrides)
     for name in args.squads:
         policy, source = SQUADS[name]
         tags = true_mode_tags() if source == "mode" else source
         t0 = time.perf_counter()
-        run = make_runner(env, params, policy, tags, args.episodes)  # bot type is traced: one compile per squad
+        # Bot type is traced: one compile per squad.
+        run = make_runner(env, params, policy, tags, args.episodes, accumulators={"intents": INTENTS})
         for bot in args.bots:
             for seed in args.seeds:
                 result = run(None, params.replace(bot_type=jaxarena.bot_index(bot)), jax.random.key(seed))
                 wins = int(np.sum(np.asarray(result.outcome) == NPC_WIN))
                 lo, hi = wilson_interval(wins, args.episodes)
+                measures = episode_measures(result.extras["intents"], params.dt)
                 row = {
                     "scenario": args.scenario,
                     "overrides": overrides,
@@ -83,6 +94,7 @@ def main() -> None:
                     "npc_win": round(wins / args.episodes, 4),
                     "wilson95": [round(lo, 4), round(hi, 4)],
                     "mean_duration_s": round(float(np.mean(result.duration_s)), 2),
+                    **{m: round(float(np.mean(measures[m])), 3) for m in MEASURES},
                     "wall_s": round(time.perf_counter() - t0, 1),
                 }
                 print(json.dumps(row), flush=True)

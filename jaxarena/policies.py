@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from .names import MELEE, MOVE_TO_BOT, NUM_ACTIONS, NUM_NPCS, NUM_TAGS, RANGED, RETREAT, STRAFE_LEFT, STRAFE_RIGHT
 from .observe import ALLIES, BOT, BOT_CAN_ATTACK, BOT_DISTANCE, SELF, TAG
-from .types import EnvParams, arena_diagonal
+from .types import OBS_SIZE, EnvParams, arena_diagonal
 
 #: policy(params, obs (..., 5, obs_size) float32, key) -> actions (..., 5) int32; jittable.
 Policy = Callable[[Any, jax.Array, jax.Array], jax.Array]
@@ -143,6 +143,44 @@ def flank_policy(params: Any, obs: jax.Array, key: jax.Array | None = None) -> j
     del params, key
     offsets = jnp.deg2rad(jnp.where(jnp.arange(NUM_NPCS) % 2 == 0, 90.0, -90.0))
     return _take_slots(obs, offsets)
+
+
+# Where "ArenaFacing-v0" (and "ArenaFormation-v0") put the bot's facing, unit x and z.
+FACING = slice(OBS_SIZE, OBS_SIZE + 2)
+
+
+def make_side_keeper(near: float = 5.0, far: float = 7.5, tolerance_deg: float = 15.0) -> Policy:
+    """FLANK by the bot's facing: each NPC strafes round to the nearer of the bot's sides and shoots.
+
+    Unlike `flank_policy`, which takes the sides of the bot-to-squad line,
+    this reads the facing (obs[23:25], so "ArenaFacing-v0" or a later id) and
+    takes the bearing 90 degrees off it on whichever side the NPC already is,
+    keeping `near`-`far` u from the bot (outside its 3 u melee) and firing orbs
+    once within `tolerance_deg` of the side. A reference for what a
+    memoryless Flank squad can reach on the lateral-share measure
+    (docs/training.md, "Stop 7").
+    """
+
+    def policy(params: Any, obs: jax.Array, key: jax.Array | None = None) -> jax.Array:
+        del params, key
+        if obs.shape[-1] < FACING.stop:
+            raise ValueError(f"the side keeper reads the bot's facing: use ArenaFacing-v0 (got {obs.shape[-1]} floats)")
+        rel = obs[..., SELF.start : SELF.start + 2] - obs[..., BOT.start : BOT.start + 2]
+        facing = obs[..., FACING]
+        cos = jnp.sum(rel * facing, axis=-1)
+        sin = facing[..., 0] * rel[..., 1] - facing[..., 1] * rel[..., 0]
+        off = jnp.degrees(jnp.arctan2(sin, cos))  # the NPC's bearing off the facing, left positive
+        side = jnp.where(off >= 0.0, 90.0, -90.0)
+        # Strafing right turns an NPC counter-clockwise round the bot, which raises `off`.
+        turn = jnp.where(off < side, STRAFE_RIGHT, STRAFE_LEFT)
+        act = jnp.where(jnp.abs(off - side) < tolerance_deg, RANGED, turn)
+        d = _bot_distance(obs)
+        return jnp.where(d > far, MOVE_TO_BOT, jnp.where(d < near, RETREAT, act)).astype(jnp.int32)
+
+    return policy
+
+
+side_keeper_policy = make_side_keeper()
 
 
 def tag_switch_policy(*policies: Policy) -> Policy:

@@ -123,6 +123,30 @@ def test_flank_sends_the_squad_to_both_sides():
     assert set(acts[0::2]) == {STRAFE_RIGHT} and set(acts[1::2]) == {STRAFE_LEFT}
 
 
+def test_side_keeper_turns_each_npc_towards_the_nearer_side_of_the_bots_facing():
+    # The bot faces east; NPCs at 6 u (inside the 5-7.5 u band) on bearings off that facing.
+    env, params = jaxarena.make("ArenaFacing-v0", bot="aggressive", bot_speed=0.0, bot_melee_damage=0.0)
+    bot, east = np.array([15.0, 15.0]), jnp.array([1.0, 0.0])
+    off = np.array([30.0, 150.0, -30.0, -150.0, 88.0])
+    npc = bot + 6.0 * np.stack([np.cos(np.radians(off)), np.sin(np.radians(off))], axis=-1)
+    state = build_state(params, npc_pos=npc, bot_pos=bot, bot_facing=east)
+    acts = policies.side_keeper_policy(None, env.observe(state, params))
+    np.testing.assert_array_equal(acts, [STRAFE_RIGHT, STRAFE_LEFT, STRAFE_LEFT, STRAFE_RIGHT, RANGED])
+    # Played in the arena, every strafe brings its NPC's bearing nearer the side it was nearer.
+    moved, *_ = env.step_env(jax.random.key(0), state, acts, params)
+    v = np.asarray(moved.npc_pos) - bot
+    after = np.degrees(np.arctan2(v[:, 1], v[:, 0]))
+    side = np.where(off >= 0, 90.0, -90.0)
+    assert np.all(np.abs(after[:4] - side[:4]) < np.abs(off[:4] - side[:4])), after
+    # Outside the band it closes in or backs off first.
+    for distance, expected in ((10.0, MOVE_TO_BOT), (3.0, RETREAT)):
+        near = bot + distance * np.stack([np.cos(np.radians(off)), np.sin(np.radians(off))], axis=-1)
+        obs = env.observe(build_state(params, npc_pos=near, bot_pos=bot, bot_facing=east), params)
+        np.testing.assert_array_equal(policies.side_keeper_policy(None, obs), np.full(5, expected))
+    with pytest.raises(ValueError, match="ArenaFacing-v0"):
+        policies.side_keeper_policy(None, _obs_at(6.0), None)
+
+
 def test_hybrid_melees_fires_or_walks():
     key = jax.random.key(1)
     np.testing.assert_array_equal(policies.hybrid_policy(None, _obs_at(2.0, can_attack=True), key), np.full(5, MELEE))
