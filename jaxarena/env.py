@@ -10,7 +10,7 @@ from . import physics
 from .bots import BotState, World, scripted_bot
 from .formations import SLOT_FEATURES, slot_features
 from .learned_bot import learned_move
-from .observe import can_melee, observe, with_tag
+from .observe import FACING, can_melee, observe, with_tag
 from .rewards import tag_shaping, team_reward
 from .spawn import initial_state
 from .types import (
@@ -35,7 +35,7 @@ from .types import (
 )
 
 # Where "ArenaFormation-v0" puts the slot features: after Table 3 and the facing.
-FORMATION = slice(OBS_SIZE + 2, OBS_SIZE + 2 + SLOT_FEATURES)
+FORMATION = slice(FACING.stop, FACING.stop + SLOT_FEATURES)
 
 
 class Arena:

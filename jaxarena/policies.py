@@ -18,8 +18,8 @@ import jax
 import jax.numpy as jnp
 
 from .names import MELEE, MOVE_TO_BOT, NUM_ACTIONS, NUM_NPCS, NUM_TAGS, RANGED, RETREAT, STRAFE_LEFT, STRAFE_RIGHT
-from .observe import ALLIES, BOT, BOT_CAN_ATTACK, BOT_DISTANCE, SELF, TAG
-from .types import OBS_SIZE, EnvParams, arena_diagonal
+from .observe import ALLIES, BOT, BOT_CAN_ATTACK, BOT_DISTANCE, FACING, SELF, TAG
+from .types import EnvParams, arena_diagonal
 
 #: policy(params, obs (..., 5, obs_size) float32, key) -> actions (..., 5) int32; jittable.
 Policy = Callable[[Any, jax.Array, jax.Array], jax.Array]
@@ -143,10 +143,6 @@ def flank_policy(params: Any, obs: jax.Array, key: jax.Array | None = None) -> j
     del params, key
     offsets = jnp.deg2rad(jnp.where(jnp.arange(NUM_NPCS) % 2 == 0, 90.0, -90.0))
     return _take_slots(obs, offsets)
-
-
-# Where "ArenaFacing-v0" (and "ArenaFormation-v0") put the bot's facing, unit x and z.
-FACING = slice(OBS_SIZE, OBS_SIZE + 2)
 
 
 def make_side_keeper(near: float = 5.0, far: float = 7.5, tolerance_deg: float = 15.0) -> Policy:
