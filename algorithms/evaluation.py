@@ -51,8 +51,8 @@ def run_episodes(
     3 timeout), `episode_time` (s), `damage_dealt` (HP the squad took off
     the bot), `episode_return` (rewards summed, averaged over the 5 NPCs;
     the team reward alone unless `shaping_weight=...` adds the shaping), and the intent measures
-    (`jaxarena.intents`): `coverage`, `damage_rate`, `lateral_share`, `far_share`
-    and `distance` (also as `mean_distance`).
+    (`jaxarena.intents`): `coverage`, `damage_rate`, `flank_share`, `far_share`,
+    `lateral_share` and `distance` (also as `mean_distance`).
     """
     tag = tag_index(tag)
     run, params = _fixed_tag_runner(policy, env_id, n, bot=bot, **env_overrides)
@@ -67,9 +67,7 @@ def _summary(result, dt: float) -> dict[str, np.ndarray]:
         "episode_time": result.duration_s,
         "damage_dealt": result.damage_dealt,
         "episode_return": result.team_return,
-        # The older names of two intent measures, kept for their callers.
-        "mean_distance": measures["distance"],
-        "lateral_share": measures["lateral_share"],
+        "mean_distance": measures["distance"],  # distance's older name, kept for its callers
         **measures,
     }
 
@@ -111,8 +109,8 @@ def tag_response(
 
     Every (bot, tag) cell replays the same `n` seeded episodes, so tags are
     compared on paired starts. Returns arrays of shape (len(bots), 4 tags, n):
-    the four intent measures (`jaxarena.intents.MEASURES`), `distance`
-    (`EXTRA_MEASURES`; also as its older name `mean_distance`), `damage_dealt`, `episode_time`
+    the four intent measures (`jaxarena.intents.MEASURES`), `distance` and
+    `lateral_share` (`EXTRA_MEASURES`; distance also as its older name `mean_distance`), `damage_dealt`, `episode_time`
     and `npc_win` (0/1); average over axes 0 and 2 for one figure per tag.
     """
     # Tags are in play: the arena pays B's reward (shaping on, weight 1) unless told otherwise.
@@ -126,7 +124,7 @@ def tag_response(
         return _summary(run(policy_params, params, key, jnp.int32(tag)), params.dt)
 
     cells = [[cell(bot, tag) for tag in range(NUM_TAGS)] for bot in bots]
-    keys = ("mean_distance", "lateral_share", "damage_dealt", "episode_time", *MEASURES, *EXTRA_MEASURES)
+    keys = ("mean_distance", "damage_dealt", "episode_time", *MEASURES, *EXTRA_MEASURES)
     out = {k: np.array([[c[k] for c in row] for row in cells], dtype=np.float64) for k in keys}
     out["npc_win"] = np.array([[c["outcome"] == NPC_WIN for c in row] for row in cells], dtype=np.float64)
     return out

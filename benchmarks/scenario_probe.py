@@ -6,7 +6,7 @@ arena, the runner's paired starts) with each intent squad of
 mode (read from the state every decision period by `true_mode_tags`; an
 oracle, not a player). Prints one JSON line per cell: NPC win rate with its
 95% Wilson interval, and the mean intent measures of `jaxarena.intents`
-(coverage, damage rate, lateral share, far share) for what a scripted squad
+(coverage, damage rate, flank share, far share; distance and lateral share) for what a scripted squad
 reaches on the tag-response matrix's columns.
 
     python benchmarks/scenario_probe.py --scenario headroom --episodes 512 [--seeds 0 1]
@@ -29,7 +29,7 @@ import numpy as np
 
 import jaxarena
 from jaxarena.algorithms.evaluation import wilson_interval
-from jaxarena.intents import INTENTS, MEASURES, episode_measures
+from jaxarena.intents import EXTRA_MEASURES, INTENTS, MEASURES, episode_measures
 from jaxarena.names import NPC_WIN
 from jaxarena.policies import (
     flank_policy,
@@ -94,7 +94,7 @@ def main() -> None:
                     "npc_win": round(wins / args.episodes, 4),
                     "wilson95": [round(lo, 4), round(hi, 4)],
                     "mean_duration_s": round(float(np.mean(result.duration_s)), 2),
-                    **{m: round(float(np.mean(measures[m])), 3) for m in MEASURES},
+                    **{m: round(float(np.mean(measures[m])), 3) for m in (*MEASURES, *EXTRA_MEASURES)},
                     "wall_s": round(time.perf_counter() - t0, 1),
                 }
                 print(json.dumps(row), flush=True)

@@ -4,9 +4,9 @@
     python benchmarks/tag_response.py --policy runs/b_intent --episodes 1000 --markdown
 
 Rows: a tag held for the whole episode. Columns: the four intent measures of
-`jaxarena.intents` (coverage for Surround, damage rate for Aggressive, lateral
+`jaxarena.intents` (coverage for Surround, damage rate for Aggressive, flank
 share for Flank, far share for Retreat) and, for reference, the mean distance
-to the bot, each a mean over `--episodes`
+to the bot and the lateral share at any distance, each a mean over `--episodes`
 seeded episodes with its 95% CI (mean +- 1.96 standard errors). Every cell
 replays the same seeded starts, and so does the reference A, so tags and
 policies are compared on paired episodes.
@@ -31,7 +31,7 @@ import numpy as np
 from jaxarena.algorithms.checkpoint import load_policy
 from jaxarena.algorithms.evaluation import run_episodes, tag_response, wilson_interval
 from jaxarena.intents import DIRECTION, EXTRA_MEASURES, MEASURES
-from jaxarena.names import BOT_TYPES, NPC_WIN, NUM_TAGS, TAG_NAMES
+from jaxarena.names import BOT_TYPES, FLANK, NPC_WIN, NUM_TAGS, TAG_NAMES
 
 
 def mean_ci(x: np.ndarray) -> tuple[float, float, float]:
@@ -95,23 +95,27 @@ def main():
             }
             print(json.dumps(row), flush=True)
         own = {TAG_NAMES[t]: own_tag_best(cells[m], t, DIRECTION[t]) for t, m in enumerate(MEASURES)}
+        # Flank's measure before issue #11's eighth stop, at any distance (jaxarena.intents), still reported.
+        flank_lateral = own_tag_best(cells["lateral_share"], FLANK, 1.0)
         best = int(np.argmax(wins))
         gap = 100 * (a_rate - wins[best] / args.episodes)
         summary["bots"][bot] = {
             "own_tag_best": own,
+            "flank_best_by_lateral_share": flank_lateral,
             "a_npc_win": a_rate,
             "best_tag": TAG_NAMES[best],
             "best_tag_npc_win": wins[best] / args.episodes,
             "best_tag_gap_points": round(gap, 1),
         }
-        tables.append((bot, cells, wins, a_rate, own))
+        tables.append((bot, cells, wins, a_rate, own, flank_lateral))
     bots = summary["bots"].values()
+    summary["cells_separated"] = sum(sum(v["own_tag_best"].values()) for v in bots)
     summary["intents_separated"] = all(all(v["own_tag_best"].values()) for v in bots)
     summary["best_tag_within_5_points"] = all(v["best_tag_gap_points"] <= 5 for v in bots)
     summary["seconds"] = round(time.perf_counter() - t0, 1)
     print(json.dumps(summary), flush=True)
     if args.markdown:
-        for bot, cells, wins, a_rate, own in tables:
+        for bot, cells, wins, a_rate, own, flank_lateral in tables:
             print(f"\n**{bot} bot** ({args.episodes} episodes per row; A wins {100 * a_rate:.1f}%)\n")
             print("| tag held | win % | " + " | ".join(cells) + " |")
             print("|---|---|" + "---|" * len(cells))
@@ -123,6 +127,7 @@ def main():
                     vals.append(f"{mark}{mean:.3f} [{lo:.3f}, {hi:.3f}]{mark}")
                 print(f"| {TAG_NAMES[t]} | {100 * wins[t] / args.episodes:.1f} | " + " | ".join(vals) + " |")
             print("\nown tag best (CIs apart): " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in own.items()))
+            print(f"Flank best by lateral share at any distance: {'yes' if flank_lateral else 'no'}")
 
 
 if __name__ == "__main__":

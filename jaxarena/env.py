@@ -85,6 +85,7 @@ class Arena:
         observe_facing: bool = False,
         scenario: str = "paper",
         observe_formation: bool = False,
+        flank_sides: bool = False,
     ):
         """`observe_facing` appends the bot's facing (unit x, z) as obs[23:25].
 
@@ -94,11 +95,14 @@ class Arena:
         for policies that must follow those tags. `observe_formation` (implies
         the facing) further appends where the active tag asks this NPC to
         stand, `formations.slot_features`, as obs[25:28] ("ArenaFormation-v0").
-        `scenario` only records the preset `jaxarena.make` built
+        `flank_sides` (implies the formation) moves Flank's slot to the bot's
+        nearer side, 6 u off it, in the observation and in the intent and obey
+        recipes' pay ("ArenaFormation-v1"). `scenario` only records the preset `jaxarena.make` built
         `default_params` from.
         """
         self._default_params = default_params if default_params is not None else EnvParams()
-        self.observe_formation = bool(observe_formation)
+        self.flank_sides = bool(flank_sides)
+        self.observe_formation = bool(observe_formation) or self.flank_sides
         self.observe_facing = bool(observe_facing) or self.observe_formation
         self.scenario = scenario
         self.obs_size = OBS_SIZE + (2 if self.observe_facing else 0) + (SLOT_FEATURES if self.observe_formation else 0)
@@ -107,7 +111,7 @@ class Arena:
     def env_id(self) -> str:
         """The registry id that builds this variant (see `jaxarena.make`)."""
         if self.observe_formation:
-            return "ArenaFormation-v0"
+            return "ArenaFormation-v1" if self.flank_sides else "ArenaFormation-v0"
         return "ArenaFacing-v0" if self.observe_facing else "Arena-v0"
 
     @property
@@ -153,8 +157,11 @@ class Arena:
         obs = jnp.concatenate([obs, jnp.broadcast_to(state.bot_facing, (NUM_NPCS, 2))], axis=-1)
         if not self.observe_formation:
             return obs
-        slots = slot_features(state.tag, state.npc_pos, state.bot_pos, state.bot_facing, params)
-        return jnp.concatenate([obs, slots], axis=-1)
+        return jnp.concatenate([obs, self._slots(state, params)], axis=-1)
+
+    def _slots(self, state: EnvState, params: EnvParams) -> jax.Array:
+        """(5, 3) each NPC's way to its formation slot under the state's tag."""
+        return slot_features(state.tag, state.npc_pos, state.bot_pos, state.bot_facing, params, self.flank_sides)
 
     def set_tag(self, state: EnvState, tag) -> EnvState:
         """Set the strategy tag (0 Surround, 1 Aggressive, 2 Flank, 3 Retreat).
@@ -180,8 +187,7 @@ class Arena:
         obs = with_tag(obs, state.tag)
         if self.observe_formation:  # the slots move with the tag
             params = self._default_params if params is None else params
-            slots = slot_features(state.tag, state.npc_pos, state.bot_pos, state.bot_facing, params)
-            obs = obs.at[..., FORMATION].set(slots)
+            obs = obs.at[..., FORMATION].set(self._slots(state, params))
         return obs, state
 
     def step_env(self, key: jax.Array, state: EnvState, actions: jax.Array, params: EnvParams, bot_action=None):
@@ -297,7 +303,7 @@ class Arena:
         terminated = bot_killed | squad_wiped
         truncated = ~terminated & (t >= ticks(params.episode_s, params.dt))
         now_alive = npc_hp > 0.0
-        shaped = tag_shaping(state.tag, npc_pos, bot_pos, facing, now_alive, params) * now_alive
+        shaped = tag_shaping(state.tag, npc_pos, bot_pos, facing, now_alive, params, self.flank_sides) * now_alive
         reward = team_reward(state.bot_hp - bot_hp, bot_killed, squad_wiped, params) + params.shaping_weight * shaped
         info = {
             "alive": alive,

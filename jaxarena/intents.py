@@ -8,11 +8,20 @@ rate from what the tick's step took off the bot):
     ----------  ----------------  --------------------------------------------------  -----------
     Surround    coverage          1 - widest bearing gap in the NPCs' ring, scaled    higher
     Aggressive  damage_rate       HP the squad takes off the bot per second (HP/s)    higher
-    Flank       lateral_share     share of living NPC-ticks at 60-120 deg from the    higher
-                                  bot's facing
+    Flank       flank_share       share of living NPC-ticks at 60-120 deg from the    higher
+                                  bot's facing and within 8 u of it
     Retreat     far_share         share of living NPC-ticks at >= 8 u from the bot    higher
 
-`distance` (mean distance living NPC -> bot, u) is measured too, and was
+Two more are measured and reported (`EXTRA_MEASURES`). `lateral_share`,
+the share at 60-120 deg at any distance, was Flank's measure until issue
+#11's eighth stop. The paper's Flank is "approach from the bot's lateral
+arcs", and at any distance the arcs are reached without flanking: a squad
+scattered by Retreat stands in them 79% of the time 38 u off the evasive
+bot, and so does A's chase of it, 9 u behind (docs/arena.md, "Intents").
+Within 8 u, the line the fight and Retreat are drawn at, the arcs count
+only for a squad in the fight.
+
+`distance` (mean distance living NPC -> bot, u) was
 Aggressive's measure until issue #11's seventh stop. It counts the chase, not
 the attack: against the evasive bot, A's winning chase keeps 9 u off the bot,
 farther than B-obey's Surround ring, which wins 26%. The issue names both distance
@@ -48,11 +57,11 @@ from .rewards import RETREAT_DISTANCE, bearing_cos_sin
 from .runner import Accumulator, Tick
 
 #: One measure per tag, in tag order; the tag-response matrix's columns.
-MEASURES = ("coverage", "damage_rate", "lateral_share", "far_share")
+MEASURES = ("coverage", "damage_rate", "flank_share", "far_share")
 #: +1 where a higher value means more of the tag's intent, -1 where lower does (all higher, today).
 DIRECTION = (1.0, 1.0, 1.0, 1.0)
 #: Measured and reported beside `MEASURES`, but no tag's target.
-EXTRA_MEASURES = ("distance",)
+EXTRA_MEASURES = ("distance", "lateral_share")
 MEASURE_OF_TAG = dict(zip(TAG_NAMES, MEASURES, strict=True))
 
 
@@ -80,13 +89,15 @@ def tick_measures(state, alive: jax.Array) -> dict[str, jax.Array]:
     """One arena's per-tick sums: living NPC-ticks and each measure's numerator."""
     dist = norm(state.npc_pos - state.bot_pos)
     cos, _ = bearing_cos_sin(state.npc_pos, state.bot_pos, state.bot_facing)
+    lateral = jnp.abs(cos) < 0.5  # 60-120 degrees off the facing, either side
     return {
         "npc_ticks": jnp.sum(alive),
         "ticks": jnp.any(alive).astype(jnp.int32),
         "coverage": coverage(state.npc_pos, state.bot_pos, alive) * jnp.any(alive),
         "distance": jnp.sum(jnp.where(alive, dist, 0.0)),
-        "lateral_share": jnp.sum(alive & (jnp.abs(cos) < 0.5)),
+        "lateral_share": jnp.sum(alive & lateral),
         "far_share": jnp.sum(alive & (dist >= RETREAT_DISTANCE)),
+        "flank_share": jnp.sum(alive & lateral & (dist < RETREAT_DISTANCE)),
     }
 
 
@@ -103,6 +114,7 @@ def _zeros(n: int) -> dict:
         "distance": jnp.zeros(n),
         "lateral_share": jnp.zeros(n, jnp.int32),
         "far_share": jnp.zeros(n, jnp.int32),
+        "flank_share": jnp.zeros(n, jnp.int32),
         "damage": jnp.zeros(n),
     }
 
@@ -148,4 +160,5 @@ def episode_measures(acc: dict, dt: float) -> dict[str, jax.Array]:
         "distance": sums["distance"] / npc_ticks,
         "lateral_share": sums["lateral_share"] / npc_ticks,
         "far_share": sums["far_share"] / npc_ticks,
+        "flank_share": sums["flank_share"] / npc_ticks,
     }

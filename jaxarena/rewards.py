@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from .formations import slot_closeness
-from .names import SURROUND
+from .names import FLANK, SURROUND
 from .physics import norm
 from .types import NUM_TAGS, EnvParams, arena_diagonal
 
@@ -64,7 +64,13 @@ def team_reward(damage_to_bot, bot_killed, squad_wiped, params: EnvParams) -> ja
 
 
 def intent_shaping(
-    tag: jax.Array, npc_pos: jax.Array, bot_pos: jax.Array, bot_facing: jax.Array, alive: jax.Array, params: EnvParams
+    tag: jax.Array,
+    npc_pos: jax.Array,
+    bot_pos: jax.Array,
+    bot_facing: jax.Array,
+    alive: jax.Array,
+    params: EnvParams,
+    sides: bool = False,
 ) -> jax.Array:
     """The "intent" recipe's per-step shaping of `tag` for each NPC: (5,) float32, before `shaping_weight`.
 
@@ -76,7 +82,8 @@ def intent_shaping(
 
     - Surround and Flank: nearness to the NPC's formation slot
       (`formations.slot_closeness`: a ring at 6 u that shoots, or melee from
-      the bot's sides), times SLOT_GAIN so a slot outweighs a melee scrum;
+      the bot's sides; with `sides`, "ArenaFormation-v1", its nearer side at
+      6 u), times SLOT_GAIN so a slot outweighs a melee scrum;
     - Aggressive: half closeness (1 - d / d_max, a pull from anywhere, which
       a chase of the evasive bot needs) and half contact (1 - min(d /
       ENGAGE_FAR, 1), which keeps pulling into contact);
@@ -91,7 +98,7 @@ def intent_shaping(
     d = norm(npc_pos - bot_pos)
     closeness = 1.0 - d / arena_diagonal(params)
     contact = 1.0 - jnp.minimum(d / ENGAGE_FAR, 1.0)
-    slot = SLOT_GAIN * slot_closeness(tag, npc_pos, bot_pos, bot_facing, params)
+    slot = SLOT_GAIN * slot_closeness(tag, npc_pos, bot_pos, bot_facing, params, sides)
     terms = jnp.stack(
         [
             slot,  # 0 Surround
@@ -103,7 +110,14 @@ def intent_shaping(
     return INTENT_SCALE * terms[jnp.clip(tag, 0, NUM_TAGS - 1)]
 
 
-def obey_shaping(tag: jax.Array, npc_pos: jax.Array, bot_pos: jax.Array, bot_facing: jax.Array, params: EnvParams):
+def obey_shaping(
+    tag: jax.Array,
+    npc_pos: jax.Array,
+    bot_pos: jax.Array,
+    bot_facing: jax.Array,
+    params: EnvParams,
+    sides: bool = False,
+):
     """The "obey" recipe's per-step shaping of `tag` for each NPC: (5,) float32, before `shaping_weight`.
 
     Trained with the tag held for whole episodes and one expert per tag
@@ -117,27 +131,36 @@ def obey_shaping(tag: jax.Array, npc_pos: jax.Array, bot_pos: jax.Array, bot_fac
     - Flank: SLOT_GAIN while the NPC stands 60-120 degrees off the bot's
       facing within FLANK_REACH; v5-v7's slots 2.3 u off the bot's sides
       sat inside its melee reach and turned with it, and were never held.
+      With `sides` ("ArenaFormation-v1"), SLOT_GAIN times nearness to the
+      bot's nearer side 6 u off it (`formations.nearer_sides`), the slot its
+      observation shows.
     - Retreat: +1 at 8 u or more, -1 inside, as in the intent recipe.
     """
     cos, _ = bearing_cos_sin(npc_pos, bot_pos, bot_facing)
     d = norm(npc_pos - bot_pos)
-    lateral = (jnp.abs(cos) < 0.5) & (d <= FLANK_REACH)
+    if sides:
+        flank = slot_closeness(FLANK, npc_pos, bot_pos, bot_facing, params, sides=True)
+    else:
+        flank = ((jnp.abs(cos) < 0.5) & (d <= FLANK_REACH)).astype(jnp.float32)
     terms = jnp.stack(
         [
             SLOT_GAIN * slot_closeness(SURROUND, npc_pos, bot_pos, bot_facing, params),  # 0 Surround
             jnp.zeros_like(d),  # 1 Aggressive
-            SLOT_GAIN * lateral.astype(jnp.float32),  # 2 Flank
+            SLOT_GAIN * flank,  # 2 Flank
             jnp.where(d >= RETREAT_DISTANCE, 1.0, -1.0),  # 3 Retreat
         ]
     )
     return INTENT_SCALE * terms[jnp.clip(tag, 0, NUM_TAGS - 1)]
 
 
-def tag_shaping(tag, npc_pos, bot_pos, bot_facing, alive, params: EnvParams) -> jax.Array:
-    """The active recipe's shaping of `tag` per NPC: Table 5 (`shaping_recipe` 0), intent (1) or obey (2)."""
+def tag_shaping(tag, npc_pos, bot_pos, bot_facing, alive, params: EnvParams, sides: bool = False) -> jax.Array:
+    """The active recipe's shaping of `tag` per NPC: Table 5 (`shaping_recipe` 0), intent (1) or obey (2).
+
+    `sides` (static; "ArenaFormation-v1") gives Flank the nearer-side slot.
+    """
     paper = shaping(tag, npc_pos, bot_pos, bot_facing, params)
-    intent = intent_shaping(tag, npc_pos, bot_pos, bot_facing, alive, params)
-    obey = obey_shaping(tag, npc_pos, bot_pos, bot_facing, params)
+    intent = intent_shaping(tag, npc_pos, bot_pos, bot_facing, alive, params, sides)
+    obey = obey_shaping(tag, npc_pos, bot_pos, bot_facing, params, sides)
     return jnp.select(
         [params.shaping_recipe == INTENT_RECIPE, params.shaping_recipe == OBEY_RECIPE], [intent, obey], paper
     )

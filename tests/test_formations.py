@@ -10,7 +10,9 @@ from conftest import build_state
 import jaxarena
 from jaxarena.formations import (
     FLANK_RADIUS,
+    FLANK_SIDE_RADIUS,
     SURROUND_RADIUS,
+    nearer_sides,
     slot_closeness,
     slot_features,
     slot_positions,
@@ -27,7 +29,15 @@ from jaxarena.names import (
     SURROUND,
 )
 from jaxarena.physics import norm
-from jaxarena.rewards import FLANK_REACH, INTENT_SCALE, SLOT_GAIN, intent_shaping, obey_shaping, tag_shaping
+from jaxarena.rewards import (
+    FLANK_REACH,
+    INTENT_SCALE,
+    SLOT_GAIN,
+    bearing_cos_sin,
+    intent_shaping,
+    obey_shaping,
+    tag_shaping,
+)
 
 BOT = jnp.array([15.0, 15.0])
 EAST, NORTH = jnp.array([1.0, 0.0]), jnp.array([0.0, 1.0])
@@ -185,3 +195,104 @@ def test_the_features_suffice_to_reach_the_slots(tag, reached):
     (_, state), _ = jax.lax.scan(tick, (obs, state), jax.random.split(jax.random.key(1), 200))
     close = slot_closeness(state.tag, state.npc_pos, state.bot_pos, state.bot_facing, params)
     assert float(jnp.mean(close)) > reached, close
+
+
+# "ArenaFormation-v1": Flank's slot is the bot's nearer side, 6 u off it.
+
+
+def test_the_side_slot_is_the_nearer_side_at_its_radius_and_turns_with_the_bot():
+    for facing in (EAST, NORTH, jnp.array([0.6, -0.8])):
+        left = jnp.array([-facing[1], facing[0]])
+        # Two NPCs on the left (one far off), two on the right, one dead ahead.
+        npc = BOT + jnp.stack([3.0 * left, 9.0 * left + 4.0 * facing, -2.0 * left, -7.0 * left - facing, 5.0 * facing])
+        slots, has = slot_positions(jnp.int32(FLANK), BOT, facing, PARAMS, npc, sides=True)
+        assert bool(has)
+        np.testing.assert_allclose(norm(slots - BOT), FLANK_SIDE_RADIUS, rtol=1e-5)
+        np.testing.assert_allclose(bearings_deg(slots, BOT, facing), [90, 90, -90, -90, 90], atol=1e-3)
+        np.testing.assert_allclose(slots, nearer_sides(npc, BOT, facing), atol=1e-6)
+    # Surround is untouched by the option; Aggressive and Retreat still have no slot.
+    npc = BOT + jnp.ones((5, 2))
+    np.testing.assert_allclose(
+        slot_positions(jnp.int32(SURROUND), BOT, EAST, PARAMS, npc, sides=True)[0],
+        slot_positions(jnp.int32(SURROUND), BOT, EAST, PARAMS)[0],
+    )
+    for tag in (AGGRESSIVE, RETREAT_TAG):
+        assert not bool(slot_positions(jnp.int32(tag), BOT, EAST, PARAMS, npc, sides=True)[1])
+    with pytest.raises(ValueError, match="npc_pos"):
+        slot_positions(jnp.int32(FLANK), BOT, EAST, PARAMS, sides=True)
+
+
+def test_obey_shaping_with_sides_pays_flank_for_nearing_the_side_slot():
+    params = jaxarena.make("Arena-v0", shaping_recipe=2)[1]
+    on_side = BOT + jnp.tile(jnp.array([0.0, FLANK_SIDE_RADIUS]), (5, 1))  # facing east: the left side
+    np.testing.assert_allclose(
+        obey_shaping(jnp.int32(FLANK), on_side, BOT, EAST, params, sides=True), SLOT_GAIN * INTENT_SCALE, rtol=1e-5
+    )
+    # Half the slot scale off the slot, straight behind it: half the pay.
+    halfway = on_side + jnp.array([0.0, 4.0])
+    np.testing.assert_allclose(
+        obey_shaping(jnp.int32(FLANK), halfway, BOT, EAST, params, sides=True),
+        0.5 * SLOT_GAIN * INTENT_SCALE,
+        rtol=1e-5,
+    )
+    # Without the option, Flank pays the lateral arcs within reach: at 9 u on the side v0 pays and v1 pays less.
+    far_side = BOT + jnp.tile(jnp.array([0.0, 9.0]), (5, 1))
+    v0 = obey_shaping(jnp.int32(FLANK), far_side, BOT, EAST, params)
+    v1 = obey_shaping(jnp.int32(FLANK), far_side, BOT, EAST, params, sides=True)
+    assert float(v0[0]) == pytest.approx(SLOT_GAIN * INTENT_SCALE) and float(v1[0]) < float(v0[0])
+    for tag in (SURROUND, AGGRESSIVE, RETREAT_TAG):
+        np.testing.assert_array_equal(
+            obey_shaping(jnp.int32(tag), far_side, BOT, EAST, params, sides=True),
+            obey_shaping(jnp.int32(tag), far_side, BOT, EAST, params),
+        )
+
+
+def test_formation_v1_observes_and_pays_the_side_slot():
+    env, params = jaxarena.make("ArenaFormation-v1", shaping_recipe=2, shaping_weight=1.0)
+    assert env.obs_size == 28 and env.env_id == "ArenaFormation-v1" and env.flank_sides
+    _, state = env.reset(jax.random.key(0), params)
+    state = env.set_tag(state, FLANK)
+    obs = env.observe(state, params)
+    sides = slot_features(state.tag, state.npc_pos, state.bot_pos, state.bot_facing, params, sides=True)
+    np.testing.assert_allclose(obs[:, 25:], sides, atol=1e-6)
+    v0_env, _ = jaxarena.make("ArenaFormation-v0")
+    assert not np.allclose(v0_env.observe(state, params)[:, 25:], obs[:, 25:])
+    np.testing.assert_allclose(v0_env.observe(state, params)[:, :25], obs[:, :25])
+    # The step pays the side slot: the same state and actions, v0 and v1 differ by the Flank term alone.
+    actions = jnp.zeros(5, jnp.int32)
+    key = jax.random.key(1)
+    next_v1, r1, *_ = env.step_env(key, state, actions, params)
+    next_v0, r0, *_ = v0_env.step_env(key, state, actions, params)
+    chex.assert_trees_all_close(next_v1, next_v0)
+    alive = next_v1.npc_hp > 0.0
+    pay = obey_shaping(jnp.int32(FLANK), next_v1.npc_pos, next_v1.bot_pos, next_v1.bot_facing, params, sides=True)
+    old = obey_shaping(jnp.int32(FLANK), next_v1.npc_pos, next_v1.bot_pos, next_v1.bot_facing, params)
+    np.testing.assert_allclose(r1 - r0, (pay - old) * alive, atol=1e-6)
+
+
+def lateral_share_when_steering_to_flank_slots(env_id):
+    """Share of NPC-ticks in the bot's 60-120 degree arcs over ticks 200-400, and the mean distance then."""
+    env, params = jaxarena.make(env_id, bot="aggressive", bot_speed=0.0, bot_melee_damage=0.0)
+    angles = np.deg2rad([10.0, 100.0, 170.0, 250.0, 300.0])
+    npc = np.array([15.0, 24.0]) + 4.0 * np.stack([np.cos(angles), np.sin(angles)], axis=-1)
+    state = build_state(params, npc_pos=npc, bot_pos=[15.0, 24.0], bot_facing=jnp.array([0.0, -1.0]))
+    state = env.set_tag(state, FLANK)
+
+    def tick(carry, key):
+        obs, state = carry
+        state, *_ = env.step_env(key, state, steer_to_slot(obs), params)
+        return (env.observe(state, params), state), state
+
+    keys = jax.random.split(jax.random.key(1), 400)
+    _, trajectory = jax.lax.scan(tick, (env.observe(state, params), state), keys)
+    late = jax.tree.map(lambda x: x[200:], trajectory)
+    cos, _ = jax.vmap(bearing_cos_sin)(late.npc_pos, late.bot_pos, late.bot_facing)
+    return float(jnp.mean(jnp.abs(cos) < 0.5)), float(jnp.mean(norm(late.npc_pos - late.bot_pos[:, None])))
+
+
+def test_steering_by_the_side_features_holds_more_of_a_turning_bots_sides_than_v0():
+    # The standing bot still turns to face its nearest NPC, so no slot is held for good.
+    sides, sides_distance = lateral_share_when_steering_to_flank_slots("ArenaFormation-v1")
+    hug, hug_distance = lateral_share_when_steering_to_flank_slots("ArenaFormation-v0")
+    assert sides > 0.45 and sides > hug + 0.1, (sides, hug)
+    assert 3.0 < sides_distance < 8.0 and hug_distance < 3.0  # v1 outside the bot's melee, v0 inside it

@@ -41,14 +41,19 @@ def test_coverage_is_one_evenly_around_and_near_zero_on_one_side():
 
 def test_tick_measures_on_a_hand_built_state():
     params = jaxarena.make("Arena-v0")[1]
-    # Two NPCs at the bot's sides (90 deg, 3 u), one ahead (3 u), two behind at 10 u.
-    npc = np.concatenate([ring(3.0, [90, -90, 0]), ring(10.0, [180, 170])])
+    # Two NPCs at the bot's sides (90 deg, 3 u), one ahead (3 u), one behind and one at its side at 10 u.
+    npc = np.concatenate([ring(3.0, [90, -90, 0]), ring(10.0, [180, 100])])
     state = build_state(params, npc_pos=npc, bot_pos=BOT, bot_facing=FACING_EAST)
     m = tick_measures(state, ALL_ALIVE)
     assert int(m["npc_ticks"]) == 5
-    assert int(m["lateral_share"]) == 2
+    assert int(m["lateral_share"]) == 3
+    assert int(m["flank_share"]) == 2  # the side NPC 10 u off is not in the fight
     assert int(m["far_share"]) == 2
     assert float(m["distance"]) == pytest.approx(29.0, rel=1e-5)
+    # At exactly Retreat's 8 u an NPC at the side counts as far, not flanking: the two never share an NPC-tick.
+    on_line = build_state(params, npc_pos=ring(8.0, [90, 90, -90, 0, 180]), bot_pos=BOT, bot_facing=FACING_EAST)
+    m = tick_measures(on_line, ALL_ALIVE)
+    assert (int(m["flank_share"]), int(m["far_share"]), int(m["lateral_share"])) == (0, 5, 3)
 
 
 def test_the_intents_accumulator_averages_over_an_episode():
