@@ -96,7 +96,7 @@ def main():
             print(json.dumps(row), flush=True)
         own = {TAG_NAMES[t]: own_tag_best(cells[m], t, DIRECTION[t]) for t, m in enumerate(MEASURES)}
         # Flank's measure before issue #11's eighth stop, at any distance (jaxarena.intents), still reported.
-        flank_lateral = own_tag_best(cells["lateral_share"], FLANK, 1.0)
+        flank_lateral = own_tag_best(cells["lateral_share"], FLANK, DIRECTION[FLANK])
         best = int(np.argmax(wins))
         gap = 100 * (a_rate - wins[best] / args.episodes)
         summary["bots"][bot] = {

@@ -34,7 +34,7 @@ from .types import (
     ticks,
 )
 
-# Where "ArenaFormation-v0" puts the slot features: after Table 3 and the facing.
+# Where "ArenaFormation-v0" and "-v2" put the slot features: after Table 3 and the facing.
 FORMATION = slice(FACING.stop, FACING.stop + SLOT_FEATURES)
 
 
@@ -51,10 +51,10 @@ class Arena:
                       nearest cover x/30, nearest cover z/30
         [10:22] four allies in index order, each x/30, z/30, hp/60 (0 if dead)
         [22]    strategy tag / 3 (always 0 in Combination A)
-        [23:25] only in "ArenaFacing-v0" and "ArenaFormation-v0": the bot's
-                facing, unit x, z
-        [25:28] only in "ArenaFormation-v0": the active tag's formation slot
-                for this NPC (`jaxarena.formations.slot_features`)
+        [23:25] only in "ArenaFacing-v0" and "ArenaFormation-v0"/"-v2": the
+                bot's facing, unit x, z
+        [25:28] only in "ArenaFormation-v0"/"-v2": the active tag's formation
+                slot for this NPC (`jaxarena.formations.slot_features`)
     Action: int32 (5,), one of 6 per NPC (Table 4): 0 move toward the bot,
         1 strafe left, 2 strafe right, 3 melee, 4 retreat, 5 ranged (orb).
         Dead NPCs and out-of-range action values do nothing.
@@ -97,7 +97,8 @@ class Arena:
         stand, `formations.slot_features`, as obs[25:28] ("ArenaFormation-v0").
         `flank_sides` (implies the formation) moves Flank's slot to the bot's
         nearer side, 6 u off it, in the observation and in the intent and obey
-        recipes' pay ("ArenaFormation-v1"). `scenario` only records the preset `jaxarena.make` built
+        recipes' pay ("ArenaFormation-v2"). `scenario` only records the
+        preset `jaxarena.make` built
         `default_params` from.
         """
         self._default_params = default_params if default_params is not None else EnvParams()
@@ -111,7 +112,7 @@ class Arena:
     def env_id(self) -> str:
         """The registry id that builds this variant (see `jaxarena.make`)."""
         if self.observe_formation:
-            return "ArenaFormation-v1" if self.flank_sides else "ArenaFormation-v0"
+            return "ArenaFormation-v2" if self.flank_sides else "ArenaFormation-v0"
         return "ArenaFacing-v0" if self.observe_facing else "Arena-v0"
 
     @property

@@ -11,14 +11,16 @@ A slot per NPC turns each tag into a per-NPC target:
   evenly spaced ring that shoots, unlike a melee scrum.
 - Flank: slots on both sides of the bot, 75-105 degrees off its facing
   (inside Flank's 60-120 degree arcs), at FLANK_RADIUS, in melee reach.
-- Flank, "ArenaFormation-v1" (`sides=True`): the nearer of the bot's two
+- Flank, "ArenaFormation-v2" (`sides=True`): the nearer of the bot's two
   sides, 90 degrees off its facing, at FLANK_SIDE_RADIUS: outside its melee
-  reach, so the slot can be held while the bot turns to it (the scripted
-  `policies.make_side_keeper` reaches the aggressive bot's lateral arcs so).
+  reach (away from walls, which pull a slot in), so the slot can be held
+  while the bot turns to it (the scripted `policies.make_side_keeper`
+  reaches the aggressive bot's lateral arcs so).
 - Aggressive and Retreat have no slot: they ask for a distance, not a place.
 
-`rewards.intent_shaping` pays an NPC for nearing its slot, and the
-"ArenaFormation-v0" observation shows it where the slot is (`slot_features`),
+`rewards.intent_shaping` and `rewards.obey_shaping` pay an NPC for nearing its
+slot (obey: Surround's, and Flank's side slot on v2), and the
+"ArenaFormation-v0" and "-v2" observations show it where the slot is (`slot_features`),
 so a memoryless shared policy can tell its own slot from its squadmates'.
 """
 
@@ -34,7 +36,7 @@ from .types import EnvParams
 
 SURROUND_RADIUS = 6.0  # u: beyond the bot's 3 u melee, within the 12 u orb range, short of Retreat's 8 u
 FLANK_RADIUS = 2.3  # u: within the NPCs' 2.5 u melee range
-FLANK_SIDE_RADIUS = 6.0  # u: "ArenaFormation-v1"'s sides; beyond the bot's 3 u melee, within Retreat's 8 u
+FLANK_SIDE_RADIUS = 6.0  # u: "ArenaFormation-v2"'s sides; beyond the bot's 3 u melee, within Retreat's 8 u
 # World bearings of the Surround ring, NPC i at 2 pi i / 5.
 SURROUND_BEARINGS = 2.0 * np.pi * np.arange(NUM_NPCS) / NUM_NPCS
 # Bearings off the bot's facing (left positive): alternate sides, inside 60-120 degrees and
@@ -57,7 +59,8 @@ def nearer_sides(npc_pos: jax.Array, bot_pos: jax.Array, bot_facing: jax.Array) 
     An NPC straight ahead of or behind the bot takes its left side.
     """
     left = jnp.stack([-bot_facing[1], bot_facing[0]])
-    side = jnp.where((npc_pos - bot_pos) @ left >= 0.0, 1.0, -1.0)
+    # An elementwise sum, not a matmul: a reduced-precision product could flip an NPC dead ahead.
+    side = jnp.where(jnp.sum((npc_pos - bot_pos) * left, axis=-1) >= 0.0, 1.0, -1.0)
     return bot_pos + FLANK_SIDE_RADIUS * side[:, None] * left
 
 
@@ -71,7 +74,7 @@ def slot_positions(
 ) -> tuple[jax.Array, jax.Array]:
     """(slots (5, 2), has_slot ()): each NPC's slot under `tag`; has_slot is False for Aggressive and Retreat.
 
-    `sides` ("ArenaFormation-v1") puts Flank's slots at the bot's nearer side
+    `sides` ("ArenaFormation-v2") puts Flank's slots at the bot's nearer side
     (`nearer_sides`), which needs `npc_pos`. Slots beyond a wall are pulled
     inside it, so every slot can be reached.
     """

@@ -18,7 +18,7 @@ SELF = slice(0, 3)  # x/size, z/size, hp/npc_hp
 BOT = slice(3, 10)  # x/size, z/size, hp/bot_hp, dist/d_max, can_attack, cover x/size, cover z/size
 ALLIES = slice(10, 22)  # 4 x (x/size, z/size, hp/npc_hp), dead allies have hp 0
 TAG = 22  # tag / 3
-# Appended by "ArenaFacing-v0" and "ArenaFormation-v0" (`Arena.observe`): the bot's facing, unit x and z.
+# Appended by "ArenaFacing-v0" and "ArenaFormation-v0"/"-v2" (`Arena.observe`): the bot's facing, unit x and z.
 FACING = slice(23, 25)
 # Single fields that scripted squads and training code read by name.
 OWN_HP = SELF.start + 2

@@ -15,7 +15,7 @@ from .types import EnvParams
 
 # "ArenaFacing-v0" is the same arena with the bot's facing appended to each
 # observation (obs_size 25), "ArenaFormation-v0" with the facing and the active
-# tag's formation slot (obs_size 28), "ArenaFormation-v1" the same with Flank's
+# tag's formation slot (obs_size 28), "ArenaFormation-v2" the same with Flank's
 # slot at the bot's nearer side; see `Arena.__init__`.
 #: env id -> what its `Arena` adds to the paper's observation (see `make`).
 OBSERVATIONS = {
@@ -23,7 +23,7 @@ OBSERVATIONS = {
     "ArenaFacing-v0": {"observe_facing": True},
     "ArenaFormation-v0": {"observe_formation": True},
     # v0 with Flank's slot at the bot's nearer side, 6 u off it (`formations.nearer_sides`).
-    "ArenaFormation-v1": {"observe_formation": True, "flank_sides": True},
+    "ArenaFormation-v2": {"observe_formation": True, "flank_sides": True},
 }
 REGISTERED_IDS = tuple(OBSERVATIONS)
 _ARRAY_FIELDS = {"boxes": (None, 4), "npc_spawn": (4,), "bot_spawn": (4,)}
@@ -36,10 +36,10 @@ def make(
 
     Args:
         env_id: one of `REGISTERED_IDS`: "Arena-v0" (the paper's 23-float
-            observation), "ArenaFacing-v0" (plus the bot's facing, 25 floats)
+            observation), "ArenaFacing-v0" (plus the bot's facing, 25 floats),
             "ArenaFormation-v0" (plus the facing and the tag's formation
             slot for each NPC, 28 floats; `jaxarena.formations`) or
-            "ArenaFormation-v1" (v0 with Flank's slot at the bot's nearer
+            "ArenaFormation-v2" (v0 with Flank's slot at the bot's nearer
             side, 6 u off it).
         bot: "aggressive", "evasive" or "balanced" (or its index); default balanced.
             "learned" (or `BOT_LEARNED`, 3) is the learned bot, which needs

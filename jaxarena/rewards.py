@@ -82,7 +82,7 @@ def intent_shaping(
 
     - Surround and Flank: nearness to the NPC's formation slot
       (`formations.slot_closeness`: a ring at 6 u that shoots, or melee from
-      the bot's sides; with `sides`, "ArenaFormation-v1", its nearer side at
+      the bot's sides; with `sides`, "ArenaFormation-v2", its nearer side at
       6 u), times SLOT_GAIN so a slot outweighs a melee scrum;
     - Aggressive: half closeness (1 - d / d_max, a pull from anywhere, which
       a chase of the evasive bot needs) and half contact (1 - min(d /
@@ -131,16 +131,16 @@ def obey_shaping(
     - Flank: SLOT_GAIN while the NPC stands 60-120 degrees off the bot's
       facing within FLANK_REACH; v5-v7's slots 2.3 u off the bot's sides
       sat inside its melee reach and turned with it, and were never held.
-      With `sides` ("ArenaFormation-v1"), SLOT_GAIN times nearness to the
+      With `sides` ("ArenaFormation-v2"), SLOT_GAIN times nearness to the
       bot's nearer side 6 u off it (`formations.nearer_sides`), the slot its
       observation shows.
     - Retreat: +1 at 8 u or more, -1 inside, as in the intent recipe.
     """
-    cos, _ = bearing_cos_sin(npc_pos, bot_pos, bot_facing)
     d = norm(npc_pos - bot_pos)
     if sides:
         flank = slot_closeness(FLANK, npc_pos, bot_pos, bot_facing, params, sides=True)
     else:
+        cos, _ = bearing_cos_sin(npc_pos, bot_pos, bot_facing)
         flank = ((jnp.abs(cos) < 0.5) & (d <= FLANK_REACH)).astype(jnp.float32)
     terms = jnp.stack(
         [
@@ -156,7 +156,7 @@ def obey_shaping(
 def tag_shaping(tag, npc_pos, bot_pos, bot_facing, alive, params: EnvParams, sides: bool = False) -> jax.Array:
     """The active recipe's shaping of `tag` per NPC: Table 5 (`shaping_recipe` 0), intent (1) or obey (2).
 
-    `sides` (static; "ArenaFormation-v1") gives Flank the nearer-side slot.
+    `sides` (static; "ArenaFormation-v2") gives Flank the nearer-side slot.
     """
     paper = shaping(tag, npc_pos, bot_pos, bot_facing, params)
     intent = intent_shaping(tag, npc_pos, bot_pos, bot_facing, alive, params, sides)

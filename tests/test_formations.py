@@ -12,7 +12,6 @@ from jaxarena.formations import (
     FLANK_RADIUS,
     FLANK_SIDE_RADIUS,
     SURROUND_RADIUS,
-    nearer_sides,
     slot_closeness,
     slot_features,
     slot_positions,
@@ -197,7 +196,7 @@ def test_the_features_suffice_to_reach_the_slots(tag, reached):
     assert float(jnp.mean(close)) > reached, close
 
 
-# "ArenaFormation-v1": Flank's slot is the bot's nearer side, 6 u off it.
+# "ArenaFormation-v2": Flank's slot is the bot's nearer side, 6 u off it (v1 was a roles formation, reverted).
 
 
 def test_the_side_slot_is_the_nearer_side_at_its_radius_and_turns_with_the_bot():
@@ -209,7 +208,6 @@ def test_the_side_slot_is_the_nearer_side_at_its_radius_and_turns_with_the_bot()
         assert bool(has)
         np.testing.assert_allclose(norm(slots - BOT), FLANK_SIDE_RADIUS, rtol=1e-5)
         np.testing.assert_allclose(bearings_deg(slots, BOT, facing), [90, 90, -90, -90, 90], atol=1e-3)
-        np.testing.assert_allclose(slots, nearer_sides(npc, BOT, facing), atol=1e-6)
     # Surround is untouched by the option; Aggressive and Retreat still have no slot.
     npc = BOT + jnp.ones((5, 2))
     np.testing.assert_allclose(
@@ -235,11 +233,11 @@ def test_obey_shaping_with_sides_pays_flank_for_nearing_the_side_slot():
         0.5 * SLOT_GAIN * INTENT_SCALE,
         rtol=1e-5,
     )
-    # Without the option, Flank pays the lateral arcs within reach: at 9 u on the side v0 pays and v1 pays less.
+    # Without the option, Flank pays the lateral arcs within reach: at 9 u on the side v0 pays and v2 pays less.
     far_side = BOT + jnp.tile(jnp.array([0.0, 9.0]), (5, 1))
     v0 = obey_shaping(jnp.int32(FLANK), far_side, BOT, EAST, params)
-    v1 = obey_shaping(jnp.int32(FLANK), far_side, BOT, EAST, params, sides=True)
-    assert float(v0[0]) == pytest.approx(SLOT_GAIN * INTENT_SCALE) and float(v1[0]) < float(v0[0])
+    v2 = obey_shaping(jnp.int32(FLANK), far_side, BOT, EAST, params, sides=True)
+    assert float(v0[0]) == pytest.approx(SLOT_GAIN * INTENT_SCALE) and float(v2[0]) < float(v0[0])
     for tag in (SURROUND, AGGRESSIVE, RETREAT_TAG):
         np.testing.assert_array_equal(
             obey_shaping(jnp.int32(tag), far_side, BOT, EAST, params, sides=True),
@@ -247,9 +245,9 @@ def test_obey_shaping_with_sides_pays_flank_for_nearing_the_side_slot():
         )
 
 
-def test_formation_v1_observes_and_pays_the_side_slot():
-    env, params = jaxarena.make("ArenaFormation-v1", shaping_recipe=2, shaping_weight=1.0)
-    assert env.obs_size == 28 and env.env_id == "ArenaFormation-v1" and env.flank_sides
+def test_formation_v2_observes_and_pays_the_side_slot():
+    env, params = jaxarena.make("ArenaFormation-v2", shaping_recipe=2, shaping_weight=1.0)
+    assert env.obs_size == 28 and env.env_id == "ArenaFormation-v2" and env.flank_sides
     _, state = env.reset(jax.random.key(0), params)
     state = env.set_tag(state, FLANK)
     obs = env.observe(state, params)
@@ -258,16 +256,21 @@ def test_formation_v1_observes_and_pays_the_side_slot():
     v0_env, _ = jaxarena.make("ArenaFormation-v0")
     assert not np.allclose(v0_env.observe(state, params)[:, 25:], obs[:, 25:])
     np.testing.assert_allclose(v0_env.observe(state, params)[:, :25], obs[:, :25])
-    # The step pays the side slot: the same state and actions, v0 and v1 differ by the Flank term alone.
+    # A retag to Flank shows the side slot at once, as if observed afresh.
+    surround = env.set_tag(state, SURROUND)
+    retagged, flank_state = env.retag(env.observe(surround, params), surround, FLANK)
+    np.testing.assert_allclose(retagged, obs, atol=1e-6)
+    assert int(flank_state.tag) == FLANK
+    # The step pays the side slot: the same state and actions, v0 and v2 differ by the Flank term alone.
     actions = jnp.zeros(5, jnp.int32)
     key = jax.random.key(1)
-    next_v1, r1, *_ = env.step_env(key, state, actions, params)
+    next_v2, r2, *_ = env.step_env(key, state, actions, params)
     next_v0, r0, *_ = v0_env.step_env(key, state, actions, params)
-    chex.assert_trees_all_close(next_v1, next_v0)
-    alive = next_v1.npc_hp > 0.0
-    pay = obey_shaping(jnp.int32(FLANK), next_v1.npc_pos, next_v1.bot_pos, next_v1.bot_facing, params, sides=True)
-    old = obey_shaping(jnp.int32(FLANK), next_v1.npc_pos, next_v1.bot_pos, next_v1.bot_facing, params)
-    np.testing.assert_allclose(r1 - r0, (pay - old) * alive, atol=1e-6)
+    chex.assert_trees_all_close(next_v2, next_v0)
+    alive = next_v2.npc_hp > 0.0
+    pay = obey_shaping(jnp.int32(FLANK), next_v2.npc_pos, next_v2.bot_pos, next_v2.bot_facing, params, sides=True)
+    old = obey_shaping(jnp.int32(FLANK), next_v2.npc_pos, next_v2.bot_pos, next_v2.bot_facing, params)
+    np.testing.assert_allclose(r2 - r0, (pay - old) * alive, atol=1e-6)
 
 
 def lateral_share_when_steering_to_flank_slots(env_id):
@@ -292,7 +295,7 @@ def lateral_share_when_steering_to_flank_slots(env_id):
 
 def test_steering_by_the_side_features_holds_more_of_a_turning_bots_sides_than_v0():
     # The standing bot still turns to face its nearest NPC, so no slot is held for good.
-    sides, sides_distance = lateral_share_when_steering_to_flank_slots("ArenaFormation-v1")
+    sides, sides_distance = lateral_share_when_steering_to_flank_slots("ArenaFormation-v2")
     hug, hug_distance = lateral_share_when_steering_to_flank_slots("ArenaFormation-v0")
     assert sides > 0.45 and sides > hug + 0.1, (sides, hug)
-    assert 3.0 < sides_distance < 8.0 and hug_distance < 3.0  # v1 outside the bot's melee, v0 inside it
+    assert 3.0 < sides_distance < 8.0 and hug_distance < 3.0  # v2 outside the bot's melee, v0 inside it
