@@ -154,15 +154,15 @@ def test_packaged_b_sides_keeps_every_tag_apart_on_paper():
 
 @needs("B-sides-raid")
 @pytest.mark.slow
-def test_packaged_b_sides_raid_keeps_nine_cells_apart_on_raid():
-    """B-sides-raid: B-obey-raid with its Flank expert retrained on ArenaFormation-v2.
+def test_packaged_b_sides_raid_keeps_ten_cells_apart_on_raid():
+    """B-sides-raid: B-obey-raid with its Flank expert retrained on ArenaFormation-v2 (36M steps).
 
-    Surround's coverage at every bot; Flank's share within 8 u, Aggressive's damage rate and Retreat's
-    far share against two bots each (256 paired episodes, 3 SEs). Not asserted (docs/training.md,
-    "Stop 8"): Flank against the balanced bot, where its edge over Surround is +0.018 (SE 0.008) here
-    and the 500-episode CIs touch; against the aggressive bot Retreat's squad is caught (the bot is
-    faster than the NPCs) and its far share is below Surround's, and Aggressive's damage rate is too
-    close to Retreat's to assert ("Stop 7").
+    Surround's coverage and Flank's share within 8 u at every bot; Aggressive's damage rate and
+    Retreat's far share against the evasive and balanced bots (256 paired episodes, 3 SEs; Flank
+    against the balanced bot is the narrow one, +0.027 with SE 0.008). Not asserted
+    (docs/training.md, "Stop 8"): against the aggressive bot Retreat's squad is caught (the bot is
+    faster than the NPCs) and its far share is below Surround's, and Aggressive's damage rate is
+    too close to Retreat's to assert ("Stop 7").
     """
     policy, params = load_policy("B-sides-raid")
     assert (policy.env_id, policy.scenario) == ("ArenaFormation-v2", "raid")
@@ -172,7 +172,7 @@ def test_packaged_b_sides_raid_keeps_nine_cells_apart_on_raid():
         resp,
         {
             ("coverage", SURROUND): BOTS,
-            ("flank_share", FLANK): ("aggressive", "evasive"),
+            ("flank_share", FLANK): BOTS,
             ("damage_rate", AGGRESSIVE): both,
             ("far_share", RETREAT_TAG): both,
         },
