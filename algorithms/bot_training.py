@@ -1,6 +1,6 @@
 """A learned bot, trained with PPO against a frozen squad: checkpoints for the opponent population.
 
-    squad, squad_params = load_policy("B")
+    squad, squad_params = load_policy("B-paper")
     _, env_params = jaxarena.make("Arena-v0", scenario="headroom")
     checkpoints, metrics = train_bot(squad, squad_params, env_params, jax.random.PRNGKey(0),
                                      total_steps=2_000_000, num_envs=64, checkpoint_every=500_000)

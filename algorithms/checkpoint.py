@@ -111,7 +111,7 @@ def export_policy(run_dir: str | Path, params, config: PPOConfig, step: int = 0)
 
 
 def resolve_path(path: str | Path) -> Path:
-    """A run directory, or a packaged name: "A"/"B" (or "pretrained/A") -> the shipped policy."""
+    """A run directory, or a packaged name: "A", "B", "B-paper", ... (or "pretrained/A") -> the shipped policy."""
     p = Path(path)
     if (p / CONFIG_FILE).exists():
         return p
@@ -169,6 +169,9 @@ def make_policy(config: PPOConfig, greedy: bool = False) -> Callable:
     policy.env_id = config.env_id
     # The arena preset it trained on: evaluate it with jaxarena.make(policy.env_id, scenario=policy.scenario).
     policy.scenario = config.scenario
+    # The shaping it trained on, so a rollout can log the return it optimised (`shaping_recipe`).
+    policy.recipe = config.recipe
+    policy.shaping_weight = config.effective_shaping_weight
     return policy
 
 
@@ -176,7 +179,8 @@ def load_policy(path: str | Path, greedy: bool = False, step: int | None = None)
     """Load a trained policy: `(policy, params)` with `policy(params, obs, key) -> actions`.
 
     `path` is a run directory (`--out` of the training script), an exported
-    policy directory, or "A"/"B" for the packaged pretrained policies. The
+    policy directory, or the name of a packaged policy ("A", "B", "B-paper", ...;
+    docs/training.md lists them). The
     latest checkpoint is used unless `step` is given. See `make_policy`.
     """
     config, params = load_params(path, step)

@@ -77,6 +77,9 @@ class PPOConfig:
     # With tag_experts: these tags' experts keep their initial (e.g. warm-started) weights. A
     # frozen Aggressive expert started from A plays exactly A under that tag (docs/training.md).
     frozen_tags: tuple[int, ...] = ()
+    # With tag_experts and init_from: these tags' experts start from this run's fresh weights, not
+    # the warm start (warm_start.keep_fresh_experts).
+    fresh_tags: tuple[int, ...] = ()
     seed: int = 0
     shaping_weight: float | None = None  # None: 0 for A, 1 for B
     recipe: str = "paper"  # which shaping `shaping_weight` scales (RECIPES)
@@ -106,6 +109,12 @@ class PPOConfig:
             raise ValueError("frozen_tags needs tag_experts=true: only a per-tag expert can be frozen")
         if any(not 0 <= t < NUM_TAGS for t in frozen):
             raise ValueError(f"frozen_tags must be tags in 0..{NUM_TAGS - 1}, got {frozen}")
+        fresh = tuple(int(t) for t in self.fresh_tags)
+        object.__setattr__(self, "fresh_tags", fresh)
+        if fresh and not (self.tag_experts and self.init_from):
+            raise ValueError("fresh_tags needs tag_experts=true and --init-from: it restarts experts of a warm start")
+        if any(not 0 <= t < NUM_TAGS for t in fresh) or set(fresh) & set(frozen):
+            raise ValueError(f"fresh_tags must be tags in 0..{NUM_TAGS - 1} that are not frozen, got {fresh}")
         if self.recipe not in RECIPES:
             raise ValueError(f"recipe must be one of {RECIPES}, got {self.recipe!r}")
         if self.activation not in ("tanh", "relu"):

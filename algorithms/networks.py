@@ -92,13 +92,13 @@ class ActorCritic(nn.Module):
         return distrax.Categorical(logits=self.logits(obs)), self.value(obs)
 
 
-def frozen_expert_mask(params, frozen_tags) -> Any:
-    """A pytree of bools like `params`: True on the layers of the experts of `frozen_tags`.
+def expert_mask(params, tags) -> Any:
+    """A pytree of bools like `params`: True on the layers of the experts of `tags`.
 
     Expert k owns `expert_{actor,critic}_layers_{2k, 2k + 1}` and `expert_{actor,critic}_out_{k}`.
     """
     names = set()
-    for k in frozen_tags:
+    for k in tags:
         for part in ("actor", "critic"):
             names |= {f"expert_{part}_layers_{2 * k}", f"expert_{part}_layers_{2 * k + 1}", f"expert_{part}_out_{k}"}
     return jax.tree_util.tree_map_with_path(lambda path, _: any(getattr(p, "key", None) in names for p in path), params)

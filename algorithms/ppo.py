@@ -36,7 +36,7 @@ from jaxarena.observe import OWN_HP
 from jaxarena.wrappers import LogState, LogWrapper
 
 from .config import RECIPES, PPOConfig
-from .networks import ActorCritic, frozen_expert_mask
+from .networks import ActorCritic, expert_mask
 
 ENV_AXIS = "env"
 
@@ -221,7 +221,7 @@ def make_trainer(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Trainer
         schedule = optax.linear_schedule(config.lr, 0.0, n_grad_steps) if config.anneal_lr else config.lr
         tx = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(schedule, eps=1e-5))
         if config.frozen_tags:
-            frozen = frozen_expert_mask(params, config.frozen_tags)
+            frozen = expert_mask(params, config.frozen_tags)
             labels = jax.tree.map(lambda f: "frozen" if f else "trained", frozen)
             tx = optax.multi_transform({"trained": tx, "frozen": optax.set_to_zero()}, labels)
         train_state = TrainState.create(apply_fn=network.apply, params=params, tx=tx)

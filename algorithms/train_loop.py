@@ -220,7 +220,7 @@ def main(argv=None) -> int:
     runner = jax.jit(trainer.init)(jax.random.PRNGKey(config.seed))
     if config.init_from and not existing:
         from .checkpoint import load_params, obs_size_of
-        from .warm_start import as_experts, forget_tag_input, input_rows, widen_params
+        from .warm_start import as_experts, forget_tag_input, input_rows, keep_fresh_experts, widen_params
 
         src_config, src_params = load_params(config.init_from)
         src_net, dst_net = src_config.network_kwargs(), config.network_kwargs()
@@ -240,6 +240,7 @@ def main(argv=None) -> int:
             if dst_net.get("tag_experts") and not src_net.get("tag_experts"):
                 src_params = as_experts(src_params)
             params = widen_params(src_params, runner.train_state.params, rows)
+            params = keep_fresh_experts(params, runner.train_state.params, config.fresh_tags)
         except ValueError as exc:
             raise SystemExit(
                 f"--init-from {config.init_from} ({src_config.env_id}, {src_net}) cannot seed this run "

@@ -8,7 +8,8 @@ go where the same inputs sit now, the new inputs get zero weights, and the
 widened network computes the same function as the source until training
 moves the new weights. Recipe B starts from the shipped A this way, keeping
 A's fighting (A beats the evasive bot; B trained from scratch lagged it);
-`as_experts` seeds every expert of a per-tag network from one policy.
+`as_experts` seeds every expert of a per-tag network from one policy, and
+`keep_fresh_experts` lets chosen experts start over.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import numpy as np
 
 from jaxarena.observe import TAG as TAG_INDEX
 from jaxarena.types import NUM_TAGS
+
+from .networks import expert_mask
 
 
 def input_rows(src_obs: int, src_one_hot: bool, dst_obs: int, dst_one_hot: bool) -> np.ndarray:
@@ -83,3 +86,15 @@ def as_experts(src_params, num_experts: int = NUM_TAGS):
                 out[f"expert_{head}_layers_{2 * k + i}"] = p[f"{head}_layers_{i}"]
             out[f"expert_{head}_out_{k}"] = p[f"{head}_out"]
     return {"params": out}
+
+
+def keep_fresh_experts(warm_params, fresh_params, tags):
+    """`warm_params` with the experts of `tags` put back to their fresh initialisation (`fresh_params`).
+
+    For retraining one tag's expert whose warm start has settled on another
+    intent: raid's Retreat expert, warm-started, fought back when caught and
+    kept its far share below Surround's under every pay we tried; a fresh one
+    learned to scatter (docs/training.md, "Stop 9").
+    """
+    mask = expert_mask(warm_params, tags)
+    return jax.tree.map(lambda is_fresh, warm, fresh: fresh if is_fresh else warm, mask, warm_params, fresh_params)

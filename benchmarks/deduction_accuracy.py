@@ -178,7 +178,7 @@ def markdown(rows: list[dict]) -> str:
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--policy", default="B", help="the tag-following policy: packaged name or run directory")
+    p.add_argument("--policy", default="B-paper", help="the tag-following policy: packaged name or run directory")
     p.add_argument("--table", default="smollm2-135m", help="strategy table: shipped name or path")
     p.add_argument("--episodes", type=int, default=256, help="episodes per bot, for training and again for testing")
     p.add_argument("--scenarios", nargs="+", default=["paper", "headroom"])

@@ -51,7 +51,7 @@ def timed(fn, *args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--policy", default="B")
+    p.add_argument("--policy", default="B-paper", help="the squad policy priced (docs/oracle.md measured B-paper)")
     p.add_argument("--states", type=int, default=256)
     p.add_argument("--rollouts", type=int, default=16)
     p.add_argument("--horizon", type=int, default=None, help="decision periods per playout (default: to the end)")

@@ -1,7 +1,7 @@
 """Evaluate trained policies: win rates with 95% Wilson CIs, references, B's tag response.
 
     python benchmarks/policy_eval.py --policy A --episodes 1000            # shipped A, sampled and greedy
-    python benchmarks/policy_eval.py --tag-response B --episodes 300        # shipped B under each fixed tag
+    python benchmarks/policy_eval.py --tag-response B-paper --episodes 300  # the paper recipe's B under each fixed tag
 
 Outcomes are over `--episodes` seeded episodes per bot, one episode per
 arena, all in one batch (see `jaxarena.algorithms.evaluation`). References:

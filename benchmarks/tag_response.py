@@ -1,7 +1,7 @@
 """The tag-response matrix: does each tag produce its own intent, and does B still win?
 
-    python benchmarks/tag_response.py                                  # B-sides vs shipped A, 500 episodes
-    python benchmarks/tag_response.py --policy runs/b_intent --episodes 1000 --markdown
+    python benchmarks/tag_response.py                                  # the shipped B vs A, 500 episodes
+    python benchmarks/tag_response.py --policy B-raid --reference A-raid --scenario raid --markdown
 
 Rows: a tag held for the whole episode. Columns: the four intent measures of
 `jaxarena.intents` (coverage for Surround, damage rate for Aggressive, flank
@@ -52,7 +52,7 @@ def own_tag_best(cells: list[tuple[float, float, float]], tag: int, direction: f
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--policy", default="B-sides", help="the B policy: packaged name or run directory")
+    p.add_argument("--policy", default="B", help="the B policy: packaged name or run directory")
     p.add_argument("--reference", default="A", help="the A policy it is compared with")
     p.add_argument("--episodes", type=int, default=500)
     p.add_argument("--seed", type=int, default=0)

@@ -1,6 +1,6 @@
 """The arena from the bot's side: a batched single-agent environment for training a learned bot.
 
-    squad, squad_params = load_policy("B")            # jaxarena.algorithms.checkpoint
+    squad, squad_params = load_policy("B-paper")      # jaxarena.algorithms.checkpoint
     env = BotArena(squad, squad_params, env_params, num_envs=64)
     obs, state = env.reset(key)                       # obs (num_envs, BOT_OBS_SIZE)
     obs, state, reward, done, info = env.step(key, state, action)   # action (num_envs,) int32
@@ -22,7 +22,7 @@ lie in [-1, 1].
 leaves the best policy unchanged: gamma x phi(next) - phi(now), with phi =
 -approach_shaping x (distance to the nearest living NPC beyond the bot's melee
 range) / arena diagonal, and phi = 0 once the episode has ended. The squad
-keeps away from a bot that does not come to it (the shipped B does), so a
+keeps away from a bot that does not come to it (the paper recipe's B-paper does), so a
 bot exploring at random almost never lands a strike; the shaping leads it
 in. `info["episode_return"]` sums the unshaped reward, so runs with and
 without shaping compare.

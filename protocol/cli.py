@@ -202,7 +202,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--price-decisions)",
     )
     p.add_argument("--policy-a", default="A", help="Combination A policy: run dir, exported policy, or 'A' (shipped)")
-    p.add_argument("--policy-b", default="B", help="Combination B policy: run dir, exported policy, or 'B' (shipped)")
+    p.add_argument(
+        "--policy-b",
+        default="B",
+        help="Combination B policy: run dir, exported policy, or a shipped name ('B'; 'B-paper': the paper recipe's B)",
+    )
     p.add_argument("--greedy", action="store_true", help="take the most likely action instead of sampling")
     p.add_argument(
         "--llm",

@@ -57,8 +57,8 @@ CELL_FORMAT = 2  # 2: A cells log the team reward alone (the arena default no lo
 class ProtocolConfig:
     """Everything that defines a protocol run (the paper's defaults).
 
-    policy_a / policy_b: checkpoint directories, "A"/"B" for the shipped
-      policies, "scripted:NAME" for a reference squad of
+    policy_a / policy_b: checkpoint directories, a shipped policy's name ("A",
+      "B"; "B-paper" is the paper recipe's B on Table 3's observation), "scripted:NAME" for a reference squad of
       `jaxarena.policies.SCRIPTED` ("scripted:focus_fire", "scripted:random", ...),
       or "coder:NAME" for a white-box baseline ("coder:kite"; docs/coder.md).
     llm: "embedded" (in-process SmolLM2-135M, the default), "ollama", or

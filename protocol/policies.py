@@ -5,7 +5,7 @@ actions`; the scripted squads (`jaxarena.policies.SCRIPTED`) and the white-box
 baselines ("coder:NAME", `jaxarena.coder.language.BASELINES`) ignore `params`
 (None). A policy may carry the arena variant it was trained on as
 `policy.env_id`; `policy_env_id` reads it, with "Arena-v0" for those that do
-not (the scripted squads).
+not (the scripted squads), and the shaping it trained on, which `policy_shaping` reads.
 """
 
 from __future__ import annotations
@@ -64,6 +64,15 @@ def _baseline(name: str) -> tuple[Callable, None, str, str]:
 def policy_env_id(policy: Callable) -> str:
     """The arena variant a policy plays on: its `env_id`, else "Arena-v0"."""
     return getattr(policy, "env_id", DEFAULT_ENV_ID)
+
+
+def policy_shaping(policy: Callable) -> dict:
+    """The `jaxarena.make` overrides that log the return a tag-playing policy trained on: its recipe's
+    shaping at its weight (`policy.recipe`, `policy.shaping_weight`), else Table 5's at weight 1."""
+    from jaxarena.algorithms.config import RECIPES
+
+    recipe = getattr(policy, "recipe", "paper")
+    return {"shaping_weight": getattr(policy, "shaping_weight", 1.0), "shaping_recipe": RECIPES.index(recipe)}
 
 
 def directory_checksum(directory: str | os.PathLike) -> str:

@@ -51,7 +51,7 @@ from jaxarena.scenarios import DEFAULT_SCENARIO
 
 from . import selector_cells
 from .config import CELL_FORMAT, ProtocolConfig, cell_key_data, cell_name, is_selector_label, whitebox_specs
-from .policies import DEFAULT_ENV_ID, policy_env_id, resolve_policy
+from .policies import DEFAULT_ENV_ID, policy_env_id, policy_shaping, resolve_policy
 from .pricing import PRICING_STREAM, DecisionPricer, active_states, annotate
 
 
@@ -440,10 +440,11 @@ class ProtocolRunner:
         else:
             policy, params = self.policy(combination)[:2]
             env_id = policy_env_id(policy)
-        # B, F and O play with tags, so their logged return includes Table 5's shaping (as B
-        # trained); A's and W's is the team reward alone, the arena's default. Outcomes do not depend on it.
-        shaping = 0.0 if combination in ("A", "W") else 1.0
-        env, env_params = jaxarena.make(env_id, bot=bot, shaping_weight=shaping, scenario=c.scenario)
+        # B, F and O play with tags, so their logged return includes the shaping their policy trained
+        # on (Table 5's for the paper recipe); A's and W's is the team reward alone, the arena's default.
+        # Outcomes do not depend on it.
+        shaping = {} if combination in ("A", "W") else policy_shaping(policy)
+        env, env_params = jaxarena.make(env_id, bot=bot, scenario=c.scenario, **shaping)
         selector, before, n_records = None, None, 0
         if combination == "B" and self.llm_path() == "host":
             selector = self.selector()

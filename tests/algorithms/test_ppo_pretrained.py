@@ -22,19 +22,37 @@ def test_packaged_a_loads_and_beats_the_aggressive_bot():
     assert np.mean(res["outcome"] == 1) > 0.8
 
 
+@needs("B")
+@needs("B-paper")
+def test_the_default_b_obeys_its_tags_and_the_paper_recipes_b_stays_loadable():
+    """ "B" is the per-tag expert squad on ArenaFormation-v2; "B-paper" the Table 5 recipe on Table 3's obs."""
+    from jaxarena.protocol.config import ProtocolConfig
+    from jaxarena.protocol.policies import policy_shaping
+
+    b, _ = load_policy("B")
+    paper, _ = load_policy("B-paper")
+    assert (b.env_id, b.recipe, b.shaping_weight) == ("ArenaFormation-v2", "obey", 4.0)
+    assert (paper.env_id, paper.recipe, paper.shaping_weight) == ("Arena-v0", "paper", 1.0)
+    assert ProtocolConfig().policy_b == "B"
+    # The protocol logs each B's return with the shaping it trained on (recipe index 2: obey).
+    assert policy_shaping(b) == {"shaping_weight": 4.0, "shaping_recipe": 2}
+    assert policy_shaping(paper) == {"shaping_weight": 1.0, "shaping_recipe": 0}
+    assert policy_shaping(lambda params, obs, key: obs) == {"shaping_weight": 1.0, "shaping_recipe": 0}
+
+
 @pytest.fixture(scope="module")
 def b_tag_response():
-    """The packaged B under each fixed tag, 128 paired episodes per (bot, tag), all three bots.
+    """The paper recipe's B (B-paper) under each fixed tag, 128 paired episodes per (bot, tag), all three bots.
 
     The same measurement as docs/training.md's "Flank, measured" table (seed 7).
     """
-    policy, params = load_policy("B")
+    policy, params = load_policy("B-paper")
     return tag_response(policy, params, n=128, seed=7, env_id=policy.env_id)
 
 
-@needs("B")
+@needs("B-paper")
 @pytest.mark.slow
-def test_packaged_b_keeps_away_under_retreat_and_closes_in_under_aggressive(b_tag_response):
+def test_packaged_b_paper_keeps_away_under_retreat_and_closes_in_under_aggressive(b_tag_response):
     dist = b_tag_response["mean_distance"]
     gain, se = paired_gain(dist, RETREAT_TAG, AGGRESSIVE)
     assert gain > 3.0 and gain - 3 * se > 0, (gain, se)
@@ -43,9 +61,9 @@ def test_packaged_b_keeps_away_under_retreat_and_closes_in_under_aggressive(b_ta
         assert gain - 3 * se > 0, (other, gain, se)
 
 
-@needs("B")
+@needs("B-paper")
 @pytest.mark.slow
-def test_packaged_b_flank_raises_lateral_share(b_tag_response):
+def test_packaged_b_paper_flank_raises_lateral_share(b_tag_response):
     """Flank pays for bearings of 60-120 degrees; Aggressive for closing in. The lateral share must rise.
 
     Averaged over the three bots: the rise comes from the evasive bot. Against
@@ -135,15 +153,15 @@ def test_packaged_b_obey_raid_plays_a_raid_under_aggressive_and_keeps_its_tags_a
     )
 
 
-@needs("B-sides")
+@needs("B")
 @pytest.mark.slow
-def test_packaged_b_sides_keeps_every_tag_apart_on_paper():
-    """B-sides (docs/training.md, "Stop 8"): B-obey with its Flank expert retrained on ArenaFormation-v2.
+def test_packaged_b_keeps_every_tag_apart_on_paper():
+    """The default B (docs/training.md, "Stop 8"): B-obey with its Flank expert retrained on ArenaFormation-v2.
 
     All 12 (bot x measure) cells, each by more than 3 paired SEs over 256 episodes (docs: 500, seed 0),
     and its Aggressive, B-obey's frozen A, wins like A.
     """
-    policy, params = load_policy("B-sides")
+    policy, params = load_policy("B")
     assert policy.env_id == "ArenaFormation-v2"
     resp = tag_response(policy, params, n=256, seed=3, env_id=policy.env_id)
     for b, bot in enumerate(BOTS):
@@ -177,3 +195,23 @@ def test_packaged_b_sides_raid_keeps_ten_cells_apart_on_raid():
             ("far_share", RETREAT_TAG): both,
         },
     )
+
+
+@needs("A-raid")
+@needs("B-raid")
+@pytest.mark.slow
+def test_packaged_b_raid_keeps_every_tag_apart_on_raid_and_plays_a_raid_under_aggressive():
+    """B-raid (docs/training.md, "Stop 9"): B-sides-raid with a fresh Retreat expert, 8M steps.
+
+    All 12 cells by 3 paired SEs over 256 episodes (docs: 500, seed 0); Retreat's far share against
+    the aggressive bot, the cell B-sides-raid missed, included. Its Aggressive expert is A-raid's.
+    """
+    policy, params = load_policy("B-raid")
+    assert (policy.env_id, policy.scenario) == ("ArenaFormation-v2", "raid")
+    resp = tag_response(policy, params, n=256, seed=5, env_id=policy.env_id, scenario="raid")
+    a_policy, a_params = load_policy("A-raid")
+    for b, bot in enumerate(BOTS):
+        a = run_episodes(a_policy, a_params, bot, n=256, seed=5, env_id=a_policy.env_id, scenario="raid")
+        np.testing.assert_array_equal(resp["npc_win"][b, AGGRESSIVE], a["outcome"] == 1)
+        for tag, measure in enumerate(MEASURES):
+            assert_clearly_best(resp, measure, bot, tag)

@@ -57,3 +57,26 @@ def test_train_script_writes_everything_and_resumes(tmp_path, capsys):
     assert main(["--combination", "A", "--total-steps", str(6 * 8 * 2), "--out", str(out), "--fresh", *TINY]) == 0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["update"] for r in rows] == [1, 2]
+
+
+@pytest.mark.slow
+def test_warm_start_from_the_shipped_b_freezes_and_restarts_the_chosen_experts(tmp_path):
+    """--init-from B with Surround, Aggressive and Flank frozen and Retreat restarted (raid's recipe)."""
+    import jax
+
+    from jaxarena.algorithms.checkpoint import load_params
+
+    out = tmp_path / "retreat"
+    args = ["--combination", "B", "--env", "ArenaFormation-v2", "--total-steps", str(6 * 8 * 2), "--out", str(out)]
+    experts = ["tag_experts=true", "tag_one_hot=false", "recipe=obey", "frozen_tags=[0,1,2]", "fresh_tags=[3]"]
+    assert main([*args, "--init-from", "B", *TINY, *experts, "--hidden", "64"]) == 0
+    _, shipped = load_params("B")
+    _, trained = load_params(out)
+    for name, warm in shipped["params"].items():
+        gap = max(
+            float(np.max(np.abs(a - b)))
+            for a, b in zip(jax.tree.leaves(warm), jax.tree.leaves(trained["params"][name]), strict=True)
+        )
+        # Experts 0-2 are B's to the bit. Expert 3 (layers 6, 7 and out_3) started over: two updates
+        # at lr 3e-4 move a weight by about 1e-3, a fresh draw by far more.
+        assert gap > 0.1 if name.endswith(("_6", "_7", "_out_3")) else gap == 0.0, (name, gap)

@@ -79,6 +79,10 @@ def test_frozen_tag_experts_keep_their_weights_and_the_others_learn():
         TINY.replace(frozen_tags=(1,))
     with pytest.raises(ValueError, match="frozen_tags must be tags"):
         TINY.replace(tag_experts=True, frozen_tags=(4,))
+    with pytest.raises(ValueError, match="fresh_tags needs tag_experts=true and --init-from"):
+        TINY.replace(tag_experts=True, fresh_tags=(3,))
+    with pytest.raises(ValueError, match="fresh_tags must be tags in 0..3 that are not frozen"):
+        TINY.replace(tag_experts=True, init_from="B", frozen_tags=(3,), fresh_tags=(3,))
 
 
 def test_recipe_b_draws_only_from_its_tags_on_the_facing_arena():

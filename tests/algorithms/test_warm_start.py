@@ -8,7 +8,7 @@ import pytest
 
 import jaxarena
 from jaxarena.algorithms.networks import ActorCritic
-from jaxarena.algorithms.warm_start import as_experts, forget_tag_input, input_rows, widen_params
+from jaxarena.algorithms.warm_start import as_experts, forget_tag_input, input_rows, keep_fresh_experts, widen_params
 from jaxarena.observe import TAG
 
 
@@ -62,6 +62,23 @@ def test_experts_start_as_the_source_under_every_tag_and_then_act_by_tag(source)
     # Seeded experts must not share buffers (training donates them).
     leaves = jax.tree.leaves(seeded)
     assert len({id(x) for x in leaves}) == len(leaves)
+
+
+def test_a_fresh_expert_acts_as_the_fresh_network_and_the_others_as_the_warm_start(source):
+    net, params = source
+    experts = ActorCritic(hidden=16, tag_experts=True)
+    fresh = experts.init(jax.random.key(9), jnp.zeros((1, 28)))
+    warm = widen_params(as_experts(forget_tag_input(params)), fresh, input_rows(23, False, 28, False))
+    seeded = keep_fresh_experts(warm, fresh, (3,))
+    for tag, want in ((0, warm), (1, warm), (2, warm), (3, fresh)):
+        for method in ("logits", "value"):
+            got = experts.apply(seeded, formation_obs(tag), method=method)
+            np.testing.assert_array_equal(got, experts.apply(want, formation_obs(tag), method=method))
+    # The fresh expert acts differently from the warm start's, and no tags changes nothing.
+    obs = formation_obs(3)
+    moved = experts.apply(seeded, obs, method="logits") - experts.apply(warm, obs, method="logits")
+    assert float(jnp.max(jnp.abs(moved))) > 1e-3
+    chex.assert_trees_all_equal(keep_fresh_experts(warm, fresh, ()), warm)
 
 
 def test_forget_tag_input_zeroes_only_the_tag_row_of_first_layers(source):

@@ -163,7 +163,7 @@ def test_population_members_and_sampling(arena):
 def test_decision_env_replays_the_runners_episode(table, arena):
     """An episode played decision by decision equals the one runner's episode on the same key."""
     env, params = arena
-    policy, squad_params = load_policy("B")
+    policy, squad_params = load_policy("B-paper")  # Arena-v0, as the fixture
     population = make_population(params.replace(bot_type=jnp.int32(2)), variants=False)
     population = population.replace(weights=jnp.array([0.0, 0.0, 1.0]))  # the balanced bot only
     inputs = InputConfig(style="iterative")
@@ -190,7 +190,7 @@ def test_decision_env_replays_the_runners_episode(table, arena):
 
 def test_tag_source_choosers(table, arena):
     env, params = arena
-    policy, squad_params = load_policy("B")
+    policy, squad_params = load_policy("B-paper")  # Arena-v0, as the fixture
     inputs = InputConfig()
     net = CandidateSelector()
     net_params = net.init(jax.random.PRNGKey(0), _random_obs(jax.random.PRNGKey(1), (1,)))
