@@ -1,0 +1,121 @@
+"""The arena against JaxMARL's SMAX, measured alternately in one window: env-steps/s and their ratio.
+
+    pip install --no-deps jaxmarl==0.2.0 jaxtyping wadler-lindig   # not a jaxarena dependency
+    python benchmarks/smax_ratio.py [--n 16384] [--steps 200] [--rounds 3] [--map 5v1]
+
+Both sides run the same harness: a jitted `lax.scan` of the vmapped, auto-resetting `step` over
+`--n` environments, actions from the same counter hash (`env_throughput.random_actions`), compiled
+first, then timed with `block_until_ready`. SMAX plays `HeuristicEnemySMAX` (its scripted enemy,
+as our bot is scripted) on `--map`: "5v1", five marines against one (the arena's 5-vs-1), or any
+SMAX map name ("3m", "5m_vs_6m", ...). Rounds alternate arena and SMAX, so a noisy machine slows
+both alike; the printed ratio is the median of the per-round ratios. One JSON line per round, then
+a summary line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+if "--keep-xla-flags" not in sys.argv:  # as env_throughput.py: the same flags for both envs
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_experimental_ynn_fusion_type=").strip()
+
+import jax
+import jax.numpy as jnp
+
+import jaxarena
+
+sys.path.insert(0, os.path.dirname(__file__))
+from env_throughput import random_actions  # noqa: E402
+
+
+def arena_rollout(n: int, steps: int):
+    env, params = jaxarena.make("Arena-v0", bot="balanced")
+    step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+
+    def run(key):
+        keys = jax.random.split(key, n)
+        _, state = jax.vmap(env.reset, in_axes=(0, None))(keys, params)
+
+        def body(state, t):
+            obs, state, reward, done, info = step(keys, state, random_actions(t, n), params)
+            # Consume what a learner reads, so XLA cannot drop it.
+            return state, jnp.sum(obs) + jnp.sum(info["final_obs"]) + jnp.sum(reward) + jnp.sum(done)
+
+        return jax.lax.scan(body, state, jnp.arange(steps))[1]
+
+    return jax.jit(run)
+
+
+def smax_rollout(n: int, steps: int, map_name: str):
+    from jaxmarl import make
+    from jaxmarl.environments.smax import Scenario, map_name_to_scenario
+
+    if map_name == "5v1":
+        scenario = Scenario(jnp.zeros((6,), jnp.uint8), 5, 1, False, False)
+    else:
+        scenario = map_name_to_scenario(map_name)
+    env = make("HeuristicEnemySMAX", scenario=scenario)
+    agents = env.agents
+    num_actions = env.action_space(agents[0]).n
+    step = jax.vmap(env.step)
+
+    def run(key):
+        keys = jax.random.split(key, n)
+        _, state = jax.vmap(env.reset)(keys)
+
+        def body(state, t):
+            # The arena's hash draws 0..5 for 5 units an env; fold it onto SMAX's agents and actions.
+            raw = random_actions(t, n * ((len(agents) + 4) // 5)).reshape(-1)[: n * len(agents)]
+            acts = (raw.reshape(len(agents), n) % num_actions).astype(jnp.int32)
+            obs, state, reward, done, _ = step(keys, state, {a: acts[i] for i, a in enumerate(agents)})
+            used = sum(jnp.sum(obs[a]) + jnp.sum(reward[a]) + jnp.sum(done[a]) for a in agents)
+            return state, used
+
+        return jax.lax.scan(body, state, jnp.arange(steps))[1]
+
+    return jax.jit(run)
+
+
+def timed(fn, key) -> float:
+    t = time.perf_counter()
+    jax.block_until_ready(fn(key))
+    return time.perf_counter() - t
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n", type=int, default=16384, help="environments per batch")
+    p.add_argument("--steps", type=int, default=200, help="steps per timed rollout")
+    p.add_argument("--rounds", type=int, default=3, help="alternating arena/SMAX rounds")
+    p.add_argument("--map", default="5v1", help='SMAX scenario: "5v1" or a SMAX map name')
+    p.add_argument("--keep-xla-flags", action="store_true", help="leave XLA's YNNPACK fusions on for both")
+    args = p.parse_args(argv)
+    try:
+        import jaxmarl  # noqa: F401
+    except ImportError as exc:
+        raise SystemExit(f"needs JaxMARL ({exc}); see this script's docstring for the install line") from None
+
+    key = jax.random.key(0)
+    fns = {"arena": arena_rollout(args.n, args.steps), "smax": smax_rollout(args.n, args.steps, args.map)}
+    first_s = {name: timed(fn, key) for name, fn in fns.items()}  # compile + one run
+    ratios = []
+    for r in range(args.rounds):
+        rate = {name: args.n * args.steps / timed(fn, jax.random.fold_in(key, r + 1)) for name, fn in fns.items()}
+        ratios.append(rate["arena"] / rate["smax"])
+        line = {"bench": "smax_ratio", "round": r, "n": args.n, "map": args.map}
+        line |= {f"{k}_env_steps_per_s": round(v) for k, v in rate.items()} | {"ratio": round(ratios[-1], 2)}
+        print(json.dumps(line), flush=True)
+    summary = {"bench": "smax_ratio", "n": args.n, "steps": args.steps, "map": args.map}
+    summary |= {"ratio_median": round(statistics.median(ratios), 2), "ratios": [round(x, 2) for x in ratios]}
+    summary |= {"first_call_s": {k: round(v, 1) for k, v in first_s.items()}, "devices": str(jax.devices())}
+    print(json.dumps(summary), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
