@@ -113,8 +113,8 @@ class PPOConfig:
         object.__setattr__(self, "fresh_tags", fresh)
         if fresh and not (self.tag_experts and self.init_from):
             raise ValueError("fresh_tags needs tag_experts=true and --init-from: it restarts experts of a warm start")
-        if any(not 0 <= t < NUM_TAGS for t in fresh) or set(fresh) & set(frozen):
-            raise ValueError(f"fresh_tags must be tags in 0..{NUM_TAGS - 1} that are not frozen, got {fresh}")
+        if not set(fresh) <= set(tags) - set(frozen):
+            raise ValueError(f"fresh_tags must be trained tags (in tags {tags}, not frozen), got {fresh}")
         if self.recipe not in RECIPES:
             raise ValueError(f"recipe must be one of {RECIPES}, got {self.recipe!r}")
         if self.activation not in ("tanh", "relu"):
@@ -149,7 +149,8 @@ class PPOConfig:
     # JSON ------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
-        d["bots"], d["tags"] = list(self.bots), list(self.tags)
+        for name in ("bots", "tags", "frozen_tags", "fresh_tags"):  # as JSON and `--set` spell them
+            d[name] = list(getattr(self, name))
         return d
 
     def to_json(self) -> str:

@@ -1,11 +1,11 @@
 """How well is the opponent deduced? The LLM's table beside a logistic regression and the majority class.
 
-    python benchmarks/deduction_accuracy.py                       # shipped B, shipped table, paper + headroom
+    python benchmarks/deduction_accuracy.py                       # B-paper, shipped table, paper + headroom
     python benchmarks/deduction_accuracy.py --episodes 128 --tags hold --markdown
 
-The shipped tag-following B plays the three scripted bots while the tag is
-random each period (`--tags random`) or one random tag held for the episode
-(`--tags hold`). At every decision a `CarryTagSource` pushes the batch's
+The tag-following `--policy` (default B-paper, the squad the docs measured) plays the
+three scripted bots while the tag is random each period (`--tags random`) or one random
+tag held for the episode (`--tags hold`). At every decision a `CarryTagSource` pushes the batch's
 `DecisionHistory` (the tag state it carries) and records the history and
 the truth (`history.opponent_class`). Then, per bot, on held-out episodes:
 

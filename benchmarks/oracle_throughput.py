@@ -1,6 +1,6 @@
 """How fast the counterfactual oracle prices decision states (`jaxarena.oracle`).
 
-    python benchmarks/oracle_throughput.py                       # shipped B, 256 states, K = 16
+    python benchmarks/oracle_throughput.py                       # B-paper, 256 states, K = 16
     python benchmarks/oracle_throughput.py --states 512 --rollouts 8 --horizon 2
 
 The states are real B decision states: B plays `--episodes` episodes against

@@ -4,12 +4,18 @@
     python benchmarks/smax_ratio.py [--n 16384] [--steps 200] [--rounds 3] [--map 5v1]
 
 Both sides run the same harness: a jitted `lax.scan` of the vmapped, auto-resetting `step` over
-`--n` environments, actions from the same counter hash (`env_throughput.random_actions`), compiled
-first, then timed with `block_until_ready`. SMAX plays `HeuristicEnemySMAX` (its scripted enemy,
-as our bot is scripted) on `--map`: "5v1", five marines against one (the arena's 5-vs-1), or any
-SMAX map name ("3m", "5m_vs_6m", ...). Rounds alternate arena and SMAX, so a noisy machine slows
-both alike; the printed ratio is the median of the per-round ratios. One JSON line per round, then
-a summary line.
+`--n` environments, actions uniform over each env's action count from the same counter hash as
+`env_throughput.py`, compiled first, then timed with `block_until_ready`. SMAX plays
+`HeuristicEnemySMAX` (its scripted enemy, as our bot is scripted) on `--map`: "5v1", five
+marines against one (the arena's 5-vs-1), or any SMAX map name ("3m", "5m_vs_6m", ...). Rounds
+alternate which env runs first, so a noisy machine slows both alike; the ratios are medians of the
+per-round ratios.
+
+Two units, because the envs' steps differ: an env-step is what an RL loop counts (the arena's is
+one 0.1 s tick; SMAX's is 8 world sub-steps of 1/16 s, 0.5 s of game time), and game-seconds per
+second compares the simulation itself. `--keep-xla-flags` leaves XLA's YNNPACK fusions on for both
+(off by default, as in `env_throughput.py`; the arena is faster with them off). One JSON line per
+round, then a summary line.
 """
 
 from __future__ import annotations
@@ -28,9 +34,13 @@ import jax
 import jax.numpy as jnp
 
 import jaxarena
+from jaxarena.spawn import _mix32
 
-sys.path.insert(0, os.path.dirname(__file__))
-from env_throughput import random_actions  # noqa: E402
+
+def uniform_actions(counter: jax.Array, n_units: int, num_actions: int) -> jax.Array:
+    """(n_units,) actions in 0..num_actions-1 from a counter hash, as `env_throughput.random_actions`."""
+    ids = jnp.arange(n_units, dtype=jnp.uint32) + counter.astype(jnp.uint32) * jnp.uint32(2654435761)
+    return (_mix32(ids) % jnp.uint32(num_actions)).astype(jnp.int32)
 
 
 def arena_rollout(n: int, steps: int):
@@ -42,13 +52,14 @@ def arena_rollout(n: int, steps: int):
         _, state = jax.vmap(env.reset, in_axes=(0, None))(keys, params)
 
         def body(state, t):
-            obs, state, reward, done, info = step(keys, state, random_actions(t, n), params)
+            actions = uniform_actions(t, n * jaxarena.NUM_NPCS, jaxarena.NUM_ACTIONS).reshape(n, jaxarena.NUM_NPCS)
+            obs, state, reward, done, info = step(keys, state, actions, params)
             # Consume what a learner reads, so XLA cannot drop it.
             return state, jnp.sum(obs) + jnp.sum(info["final_obs"]) + jnp.sum(reward) + jnp.sum(done)
 
         return jax.lax.scan(body, state, jnp.arange(steps))[1]
 
-    return jax.jit(run)
+    return jax.jit(run), float(params.dt)
 
 
 def smax_rollout(n: int, steps: int, map_name: str):
@@ -69,16 +80,14 @@ def smax_rollout(n: int, steps: int, map_name: str):
         _, state = jax.vmap(env.reset)(keys)
 
         def body(state, t):
-            # The arena's hash draws 0..5 for 5 units an env; fold it onto SMAX's agents and actions.
-            raw = random_actions(t, n * ((len(agents) + 4) // 5)).reshape(-1)[: n * len(agents)]
-            acts = (raw.reshape(len(agents), n) % num_actions).astype(jnp.int32)
+            acts = uniform_actions(t, len(agents) * n, num_actions).reshape(len(agents), n)
             obs, state, reward, done, _ = step(keys, state, {a: acts[i] for i, a in enumerate(agents)})
             used = sum(jnp.sum(obs[a]) + jnp.sum(reward[a]) + jnp.sum(done[a]) for a in agents)
             return state, used
 
         return jax.lax.scan(body, state, jnp.arange(steps))[1]
 
-    return jax.jit(run)
+    return jax.jit(run), env.world_steps_per_env_step * env.time_per_step
 
 
 def timed(fn, key) -> float:
@@ -101,17 +110,26 @@ def main(argv=None) -> int:
         raise SystemExit(f"needs JaxMARL ({exc}); see this script's docstring for the install line") from None
 
     key = jax.random.key(0)
-    fns = {"arena": arena_rollout(args.n, args.steps), "smax": smax_rollout(args.n, args.steps, args.map)}
-    first_s = {name: timed(fn, key) for name, fn in fns.items()}  # compile + one run
-    ratios = []
+    envs = {"arena": arena_rollout(args.n, args.steps), "smax": smax_rollout(args.n, args.steps, args.map)}
+    first_s = {name: timed(fn, key) for name, (fn, _) in envs.items()}  # compile + one run
+    step_ratios, game_ratios = [], []
     for r in range(args.rounds):
-        rate = {name: args.n * args.steps / timed(fn, jax.random.fold_in(key, r + 1)) for name, fn in fns.items()}
-        ratios.append(rate["arena"] / rate["smax"])
+        order = list(envs) if r % 2 == 0 else list(envs)[::-1]
+        rate = {name: args.n * args.steps / timed(envs[name][0], jax.random.fold_in(key, r + 1)) for name in order}
+        game = {name: rate[name] * envs[name][1] for name in envs}
+        step_ratios.append(rate["arena"] / rate["smax"])
+        game_ratios.append(game["arena"] / game["smax"])
         line = {"bench": "smax_ratio", "round": r, "n": args.n, "map": args.map}
-        line |= {f"{k}_env_steps_per_s": round(v) for k, v in rate.items()} | {"ratio": round(ratios[-1], 2)}
+        line |= {f"{k}_env_steps_per_s": round(v) for k, v in rate.items()}
+        line |= {f"{k}_game_s_per_s": round(v) for k, v in game.items()}
+        line |= {"env_step_ratio": round(step_ratios[-1], 2), "game_s_ratio": round(game_ratios[-1], 2)}
         print(json.dumps(line), flush=True)
     summary = {"bench": "smax_ratio", "n": args.n, "steps": args.steps, "map": args.map}
-    summary |= {"ratio_median": round(statistics.median(ratios), 2), "ratios": [round(x, 2) for x in ratios]}
+    summary |= {"step_s": {k: v for k, (_, v) in envs.items()}, "ynnpack": args.keep_xla_flags}
+    summary |= {
+        "env_step_ratio_median": round(statistics.median(step_ratios), 2),
+        "game_s_ratio_median": round(statistics.median(game_ratios), 2),
+    }
     summary |= {"first_call_s": {k: round(v, 1) for k, v in first_s.items()}, "devices": str(jax.devices())}
     print(json.dumps(summary), flush=True)
     return 0

@@ -50,7 +50,8 @@ LLM_PATHS: tuple[str, ...] = ("auto", "host", "graph")
 #: scripted: the selector trained against the three scripted bots only (no population).
 C_ABLATIONS: tuple[str, ...] = ("nodeduction", "N1", "llm", "random", "scripted")
 #: Version of the stored cell layout (`cells/<comb>_<bot>.json`); part of every cell's fingerprint.
-CELL_FORMAT = 2  # 2: A cells log the team reward alone (the arena default no longer shapes)
+# 2: A cells log the team reward alone; 3: B, F and O cells log their policy's own shaping.
+CELL_FORMAT = 3
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,7 +24,7 @@ def test_packaged_a_loads_and_beats_the_aggressive_bot():
 
 @needs("B")
 @needs("B-paper")
-def test_the_default_b_obeys_its_tags_and_the_paper_recipes_b_stays_loadable():
+def test_the_default_b_is_the_expert_squad_and_the_paper_recipes_b_stays_loadable():
     """ "B" is the per-tag expert squad on ArenaFormation-v2; "B-paper" the Table 5 recipe on Table 3's obs."""
     from jaxarena.protocol.config import ProtocolConfig
     from jaxarena.protocol.policies import policy_shaping

@@ -60,7 +60,7 @@ def test_train_script_writes_everything_and_resumes(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_warm_start_from_the_shipped_b_freezes_and_restarts_the_chosen_experts(tmp_path):
+def test_warm_start_from_the_shipped_b_freezes_and_restarts_the_chosen_experts(tmp_path, capsys):
     """--init-from B with Surround, Aggressive and Flank frozen and Retreat restarted (raid's recipe)."""
     import jax
 
@@ -70,6 +70,9 @@ def test_warm_start_from_the_shipped_b_freezes_and_restarts_the_chosen_experts(t
     args = ["--combination", "B", "--env", "ArenaFormation-v2", "--total-steps", str(6 * 8 * 2), "--out", str(out)]
     experts = ["tag_experts=true", "tag_one_hot=false", "recipe=obey", "frozen_tags=[0,1,2]", "fresh_tags=[3]"]
     assert main([*args, "--init-from", "B", *TINY, *experts, "--hidden", "64"]) == 0
+    # The same command again resumes the finished run: the --set lists equal the stored config.
+    assert main([*args, "--init-from", "B", *TINY, *experts, "--hidden", "64"]) == 0
+    assert "resumed" in capsys.readouterr().out
     _, shipped = load_params("B")
     _, trained = load_params(out)
     for name, warm in shipped["params"].items():

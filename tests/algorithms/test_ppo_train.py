@@ -81,8 +81,9 @@ def test_frozen_tag_experts_keep_their_weights_and_the_others_learn():
         TINY.replace(tag_experts=True, frozen_tags=(4,))
     with pytest.raises(ValueError, match="fresh_tags needs tag_experts=true and --init-from"):
         TINY.replace(tag_experts=True, fresh_tags=(3,))
-    with pytest.raises(ValueError, match="fresh_tags must be tags in 0..3 that are not frozen"):
-        TINY.replace(tag_experts=True, init_from="B", frozen_tags=(3,), fresh_tags=(3,))
+    for frozen, tags in (((3,), (0, 1, 2, 3)), ((), (0, 1, 2))):  # a fresh expert must be one that trains
+        with pytest.raises(ValueError, match="fresh_tags must be trained tags"):
+            TINY.replace(tag_experts=True, init_from="B", frozen_tags=frozen, tags=tags, fresh_tags=(3,))
 
 
 def test_recipe_b_draws_only_from_its_tags_on_the_facing_arena():

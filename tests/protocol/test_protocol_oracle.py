@@ -202,7 +202,8 @@ def test_default_run_id_and_fingerprints_of_a_and_b_are_unchanged(tmp_path):
     config = ProtocolConfig()
     assert default_run_id(config) == "embedded-n100-seed0-b687561c"
     runner = ProtocolRunner(config, tmp_path, progress=False)
-    base = {"format": 2, "episodes": 100, "seed": 0, "greedy": False, "num_periods": None}
+    # format 3: B's logged return is its policy's own shaping (the stored-cell refusal names it).
+    base = {"format": 3, "episodes": 100, "seed": 0, "greedy": False, "num_periods": None}
     assert runner.fingerprint("A") == {**base, "policy": runner.policy("A")[2], "tag": 0}
     llm = {k: v for k, v in runner.llm_identity().items() if k != "host"}
     b = {**base, "policy": runner.policy("B")[2], "llm": llm, "latency_steps": 0}
