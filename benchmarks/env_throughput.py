@@ -29,10 +29,16 @@ import jaxarena
 from jaxarena.spawn import _mix32
 
 
+def uniform_actions(counter: jax.Array, n_units: int, num_actions: int) -> jax.Array:
+    """(n_units,) actions in 0..num_actions-1 from a counter hash (uniform enough to exercise every rule)."""
+    ids = jnp.arange(n_units, dtype=jnp.uint32) + counter.astype(jnp.uint32) * jnp.uint32(2654435761)
+    return (_mix32(ids) % jnp.uint32(num_actions)).astype(jnp.int32)
+
+
 def random_actions(counter: jax.Array, n_envs: int) -> jax.Array:
-    """(n_envs, 5) actions in 0..5 from a counter hash (uniform enough to exercise every rule)."""
-    ids = jnp.arange(n_envs * jaxarena.NUM_NPCS, dtype=jnp.uint32) + counter.astype(jnp.uint32) * jnp.uint32(2654435761)
-    return (_mix32(ids) % jnp.uint32(jaxarena.NUM_ACTIONS)).astype(jnp.int32).reshape(n_envs, jaxarena.NUM_NPCS)
+    """(n_envs, 5) arena actions in 0..5 (`uniform_actions`)."""
+    n_npcs = jaxarena.NUM_NPCS
+    return uniform_actions(counter, n_envs * n_npcs, jaxarena.NUM_ACTIONS).reshape(n_envs, n_npcs)
 
 
 def make_rollout(env, params, n_envs: int, n_steps: int):

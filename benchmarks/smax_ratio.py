@@ -34,13 +34,9 @@ import jax
 import jax.numpy as jnp
 
 import jaxarena
-from jaxarena.spawn import _mix32
 
-
-def uniform_actions(counter: jax.Array, n_units: int, num_actions: int) -> jax.Array:
-    """(n_units,) actions in 0..num_actions-1 from a counter hash, as `env_throughput.random_actions`."""
-    ids = jnp.arange(n_units, dtype=jnp.uint32) + counter.astype(jnp.uint32) * jnp.uint32(2654435761)
-    return (_mix32(ids) % jnp.uint32(num_actions)).astype(jnp.int32)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from env_throughput import random_actions, uniform_actions  # noqa: E402
 
 
 def arena_rollout(n: int, steps: int):
@@ -52,8 +48,7 @@ def arena_rollout(n: int, steps: int):
         _, state = jax.vmap(env.reset, in_axes=(0, None))(keys, params)
 
         def body(state, t):
-            actions = uniform_actions(t, n * jaxarena.NUM_NPCS, jaxarena.NUM_ACTIONS).reshape(n, jaxarena.NUM_NPCS)
-            obs, state, reward, done, info = step(keys, state, actions, params)
+            obs, state, reward, done, info = step(keys, state, random_actions(t, n), params)
             # Consume what a learner reads, so XLA cannot drop it.
             return state, jnp.sum(obs) + jnp.sum(info["final_obs"]) + jnp.sum(reward) + jnp.sum(done)
 
