@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import lora
 from . import model as M
 from . import programs as P
 from .choice import TAG_OPTIONS, choose_option, option_token_ids, softmax
@@ -96,7 +97,8 @@ class GGUFGenerator:
     Thread-safe (one batch at a time). Compiled programs are keyed by
     (batch bucket, suffix bucket, prefix blocks) and reused for the life of the
     object. `dtype=jnp.float32` runs in float32 (slower; used by tests for tight
-    comparisons); the default keeps the bf16 weights.
+    comparisons); the default keeps the bf16 weights. `adapter` (a directory or a
+    `lora.LoadedAdapter`) runs the model with a LoRA adapter, checked against this model.
     """
 
     def __init__(
@@ -111,6 +113,7 @@ class GGUFGenerator:
         suffix_buckets: Sequence[int] = DEFAULT_SUFFIX_BUCKETS,
         prefix_cache_size: int = 8,
         dtype=None,
+        adapter=None,
     ):
         loaded = loaded if loaded is not None else load_model(gguf_path)
         # Keep metadata, not the host copy of the weights (~270 MB once on device).
@@ -118,7 +121,15 @@ class GGUFGenerator:
         self.fields = loaded.fields
         self.gguf_path, self.sha256 = loaded.gguf_path, loaded.sha256
         self.tokenizer = ChatTokenizer(loaded.fields)
-        self.params = M.params_to_device(loaded.weights, dtype)
+        #: The model's own weights; `params` adds the LoRA adapter, if any (`lora.attach`).
+        self.base_params = M.params_to_device(loaded.weights, dtype)
+        #: The `lora.LoadedAdapter` this generator runs with (given loaded, or as a directory), or None.
+        if adapter is not None and not isinstance(adapter, lora.LoadedAdapter):
+            adapter = lora.load_adapter(adapter, self.cfg, self.sha256)
+        self.adapter = adapter
+        self.params = (
+            self.base_params if adapter is None else lora.attach(self.base_params, adapter.adapter, adapter.lora)
+        )
         self.max_new_tokens = int(max_new_tokens)
         self.top_k = int(top_k)
         self.seed = int(seed)

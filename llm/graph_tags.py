@@ -392,6 +392,9 @@ class GraphTagSource:
         self.option_ids = _option_tokens(generator)[1]
         prefix = generator._prefix(tuple(self.lines.prefix_ids))
         self.prefix_len = int(prefix.length)
+        # The system prefix as the prefix program reads it, to rebuild its KV cache under another adapter.
+        self._prefix_tokens = np.zeros((1, prefix.valid.shape[0]), np.int32)
+        self._prefix_tokens[0, : self.prefix_len] = self.lines.prefix_ids
         #: The device arrays the forward pass reads (weights, the system prefix's KV cache).
         self.arrays = {"params": generator.params, "pk": prefix.k, "pv": prefix.v, "p_valid": prefix.valid}
         self._salt = (self.seed * 0x2545F491 + _host_hash(self.lines.prefix_ids)) & 0xFFFFFFFF
@@ -426,6 +429,22 @@ class GraphTagSource:
         )
 
     # -------------------------------------------------------------- device
+    def arrays_with(self, base_params: dict, adapter, lora_config) -> dict:
+        """The device arrays for `base_params` (`generator.base_params`) with LoRA `adapter`; jittable.
+
+        The system prefix's KV cache is recomputed, since the adapter changes
+        every layer's keys and values. Differentiable in `adapter`. Pass the
+        base params as an argument of the compiled program: closed over, they
+        become constants that XLA may multiply in another order, and a zero
+        adapter would then not reproduce `arrays` bit for bit.
+        """
+        from .lora import attach
+
+        params = attach(base_params, adapter, lora_config)
+        valid = self.arrays["p_valid"]
+        pk, pv = P.prefix_program(self.generator.cfg, params, jnp.asarray(self._prefix_tokens), valid[None])
+        return {"params": params, "pk": pk, "pv": pv, "p_valid": valid}
+
     def logits(self, arrays: dict, tokens: jax.Array, n_pad: jax.Array) -> jax.Array:
         """Option logits (B, K) float32 for left-padded suffix rows: one forward pass."""
         cfg = self.generator.cfg
