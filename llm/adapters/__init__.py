@@ -1,0 +1,46 @@
+"""Shipped LoRA adapters for the tag model, by name: `llm/adapters/<name>/` holds `adapter.npz` and `card.json`.
+
+    jaxarena-evaluate --llm embedded --adapter NAME        # a shipped adapter
+    jaxarena-evaluate --llm embedded --adapter runs/x/adapter   # any adapter directory
+
+`resolve_adapter` turns a name or a directory into the directory; the card's
+checksum names the adapter in the model's identity (cache keys, fingerprints).
+The arrays are checked against the model when it loads (`lora.load_adapter`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..lora import CARD_FILE, AdapterError
+
+ADAPTERS_DIR = Path(__file__).resolve().parent
+
+
+def shipped_adapters() -> list[str]:
+    """Names of the adapters that ship with the package."""
+    return sorted(p.parent.name for p in ADAPTERS_DIR.glob(f"*/{CARD_FILE}"))
+
+
+def resolve_adapter(spec: str) -> Path:
+    """The directory of adapter `spec`: an existing directory, else a shipped name; AdapterError if neither."""
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        return path.resolve()
+    if "/" not in str(spec) and (ADAPTERS_DIR / str(spec) / CARD_FILE).is_file():
+        return ADAPTERS_DIR / str(spec)
+    names = ", ".join(shipped_adapters()) or "none"
+    raise AdapterError(f"adapter {spec!r} not found: not a directory, nor a shipped adapter (shipped: {names})")
+
+
+def adapter_checksum_of(directory: str | Path) -> str:
+    """The checksum an adapter's card records (the arrays are checked against it on load)."""
+    card = Path(directory) / CARD_FILE
+    try:
+        checksum = json.loads(card.read_text())["checksum"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise AdapterError(f"{directory}: unreadable adapter card ({type(exc).__name__}: {exc})") from None
+    if not isinstance(checksum, str) or len(checksum) != 64:
+        raise AdapterError(f"{directory}: the adapter card has no valid checksum")
+    return checksum

@@ -1,0 +1,123 @@
+"""`jaxarena-tune-llm`: build a decision dataset, then fine-tune the tag model on it.
+
+    jaxarena-tune-llm data  --scenario raid --policy B-obey-raid --out runs/raid-data
+    jaxarena-tune-llm train --method sft --data runs/raid-data --out runs/raid-sft
+    jaxarena-tune-llm train --method dpo --data runs/raid-data --out runs/raid-dpo
+
+Both commands resume: run the same command again after an interruption.
+Errors are one line with what to do; `--debug` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from jaxarena.names import BOT_TYPES
+
+
+def _scenario_limits(scenario: str) -> dict:
+    """The prompt's maxima for a scenario: the bot's and an NPC's full HP there."""
+    import jaxarena
+
+    _, params = jaxarena.make(scenario=scenario)
+    return {"bot_max_hp": float(params.bot_hp), "npc_max_hp": float(params.npc_hp)}
+
+
+def _data(args) -> None:
+    from .data import DataConfig, build_dataset
+    from .model import TagModel
+
+    config = DataConfig(
+        scenario=args.scenario,
+        policy=args.policy,
+        bots=tuple(args.bots),
+        episodes=args.episodes,
+        states_per_part=args.states,
+        rollouts=args.rollouts,
+        seed=args.seed,
+        adapter=args.adapter,
+    )
+    model = TagModel.load(limits=_scenario_limits(args.scenario), adapter=args.adapter)
+    build_dataset(config, args.out, model)
+    print(f"dataset ready in {args.out}")
+
+
+def _train(args) -> None:
+    import json
+    from pathlib import Path
+
+    from ..lora import LoraConfig
+    from .data import load_split
+    from .model import TagModel
+    from .train import TrainConfig, train
+
+    data_config = json.loads((Path(args.data) / "config.json").read_text())
+    config = TrainConfig(
+        method=args.method,
+        data=str(args.data),
+        steps=args.steps,
+        batch=args.batch,
+        lr=args.lr,
+        tau=args.tau,
+        beta=args.beta,
+        rank=args.rank,
+        alpha=args.alpha,
+        targets=tuple(args.targets),
+        eval_every=args.eval_every,
+        seed=args.seed,
+    )
+    lora = LoraConfig(rank=config.rank, alpha=config.alpha, targets=config.targets)
+    model = TagModel.load(limits=_scenario_limits(data_config["scenario"]), lora=lora)
+    train(config, model, load_split(args.data, "train"), load_split(args.data, "eval"), args.out)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="jaxarena-tune-llm", description=__doc__.split("\n\n")[0])
+    p.add_argument("--debug", action="store_true", help="show the full traceback on an error")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("data", help="play the squad, price its decision states with the oracle")
+    d.add_argument("--scenario", default="raid")
+    d.add_argument("--policy", default="B-obey-raid", help="the squad (a shipped name or a run directory)")
+    d.add_argument("--bots", nargs="+", default=list(BOT_TYPES), choices=BOT_TYPES)
+    d.add_argument("--episodes", type=int, default=64, help="episodes per (bot, split, tag source)")
+    d.add_argument("--states", type=int, default=256, help="decision states priced per (bot, split, tag source)")
+    d.add_argument("--rollouts", type=int, default=8, help="the oracle's playouts per tag (K)")
+    d.add_argument("--adapter", default=None, help="the tag model's adapter for its own states (default: stock)")
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--out", required=True, help="dataset directory (resumes if it exists)")
+    d.set_defaults(fn=_data)
+
+    t = sub.add_parser("train", help="fine-tune a LoRA adapter on a dataset")
+    t.add_argument("--method", choices=("sft", "dpo"), default="sft")
+    t.add_argument("--data", required=True, help="a dataset directory from `data`")
+    t.add_argument("--out", required=True, help="run directory: checkpoint, metrics, curves, adapter")
+    t.add_argument("--steps", type=int, default=150)
+    t.add_argument("--batch", type=int, default=32)
+    t.add_argument("--lr", type=float, default=2e-3)
+    t.add_argument("--tau", type=float, default=0.05, help="SFT: the target is softmax(Q / tau)")
+    t.add_argument("--beta", type=float, default=0.5, help="DPO: the preference temperature")
+    t.add_argument("--rank", type=int, default=8)
+    t.add_argument("--alpha", type=float, default=16.0)
+    t.add_argument("--targets", nargs="+", default=["q", "v"], help="projections to adapt (q k v o gate up down)")
+    t.add_argument("--eval-every", type=int, default=25)
+    t.add_argument("--seed", type=int, default=0)
+    t.set_defaults(fn=_train)
+    return p
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        args.fn(args)
+    except (ValueError, FileNotFoundError, OSError) as exc:
+        if args.debug:
+            raise
+        print(f"jaxarena-tune-llm: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

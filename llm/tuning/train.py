@@ -1,0 +1,293 @@
+"""One trainer for the tag model's LoRA adapter: SFT or DPO on a priced decision dataset.
+
+    config = TrainConfig(method="sft", data="runs/raid-data", steps=150)
+    train(config, TagModel.load(limits=...), load_split(data, "train"), load_split(data, "eval"), "runs/raid-sft")
+
+Every step draws a batch of training states (the draw depends only on the
+seed and the step, so a resumed run takes the same batches), computes the
+method's loss over the model's 4-way choice (`losses`) and takes one Adam
+step on the adapter. Every `eval_every` steps it scores held-out states
+(`metrics.choice_metrics`: regret, agreement with the oracle, entropy, tag
+shares), appends a line to `metrics.jsonl`, redraws `curves.png` and writes
+a checkpoint (adapter, optimizer state, step) atomically. Run the same
+command again after a crash or a SIGKILL: it resumes from the last
+checkpoint and ends with the same adapter, bit for bit, as an uninterrupted run.
+
+The run ends by saving the adapter (`adapter/`, see `lora.save_adapter`) with
+a card holding the method, data, steps and the held-out metrics of the stock
+model and the tuned one, per bot.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxarena.names import BOT_TYPES
+
+from ..lora import LoraConfig, save_adapter
+from . import losses
+from .data import Decisions
+from .metrics import by_group, choice_metrics
+from .model import TagModel, option_logits
+
+METHODS = ("sft", "dpo")
+CHECKPOINT = "checkpoint.npz"
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """A tuning run; see the module docstring and `jaxarena-tune-llm train --help`."""
+
+    method: str = "sft"
+    data: str = ""
+    steps: int = 150
+    batch: int = 32
+    lr: float = 2e-3
+    tau: float = 0.05
+    beta: float = 0.5
+    rank: int = 8
+    alpha: float = 16.0
+    targets: tuple[str, ...] = ("q", "v")
+    eval_every: int = 25
+    eval_states: int = 256
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(f"unknown method {self.method!r}; choose from {', '.join(METHODS)}")
+        for name in ("steps", "batch", "eval_every", "eval_states"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        object.__setattr__(self, "targets", tuple(self.targets))
+
+    @property
+    def lora(self) -> LoraConfig:
+        return LoraConfig(rank=self.rank, alpha=self.alpha, targets=self.targets)
+
+    def to_json(self) -> dict:
+        return {**dataclasses.asdict(self), "targets": list(self.targets)}
+
+
+def separated_pairs(win: np.ndarray, rollouts: int, z: float = 1.96) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """DPO pairs (state, better, worse): tags whose win rates differ by more than z combined binomial SEs.
+
+    The SE of a win rate p from K playouts is sqrt(p (1 - p) / K), floored at
+    that of one playout in K (1/K's), so 8/8 against 7/8 is not "separated".
+    """
+    se = np.sqrt(np.maximum(win * (1 - win), (1 - 1 / rollouts) / rollouts) / rollouts)
+    states, better, worse = [], [], []
+    for i in range(4):
+        for j in range(4):
+            sep = win[:, i] - win[:, j] > z * np.sqrt(se[:, i] ** 2 + se[:, j] ** 2)
+            idx = np.nonzero(sep)[0]
+            states.append(idx)
+            better.append(np.full(len(idx), i))
+            worse.append(np.full(len(idx), j))
+    order = np.argsort(np.concatenate(states), kind="stable")
+    return tuple(np.concatenate(x)[order].astype(np.int32) for x in (states, better, worse))
+
+
+def _loss_fn(model: TagModel, config: TrainConfig):
+    """loss(adapter, base, batch) -> scalar for the configured method."""
+    logits_of = partial(option_logits, model.source, config.lora)
+
+    def sft(adapter, base, batch):
+        return losses.sft_loss(logits_of(base, adapter, batch["features"]), batch["win"], config.tau)
+
+    def dpo(adapter, base, batch):
+        logits = logits_of(base, adapter, batch["features"])
+        return losses.dpo_loss(logits, batch["ref_logits"], batch["better"], batch["worse"], config.beta)
+
+    return {"sft": sft, "dpo": dpo}[config.method]
+
+
+def _atomic_write(dest: Path, write: Callable) -> None:
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _save_checkpoint(out: Path, step: int, adapter, opt_state, history: list, config: TrainConfig) -> None:
+    leaves = jax.tree.leaves((adapter, opt_state))
+    arrays = {f"leaf{i:04d}": np.asarray(x) for i, x in enumerate(leaves)}
+    meta = json.dumps({"step": step, "history": history, "config": config.to_json()})
+    _atomic_write(out / CHECKPOINT, lambda f: np.savez(f, meta=np.asarray(meta), **arrays))
+
+
+def _load_checkpoint(out: Path, like, config: TrainConfig):
+    """(step, (adapter, opt_state), history) from `out`'s checkpoint, or None if there is none."""
+    path = out / CHECKPOINT
+    if not path.exists():
+        return None
+    with np.load(path) as z:
+        meta = json.loads(str(z["meta"]))
+        leaves = [z[f"leaf{i:04d}"] for i in range(len(z.files) - 1)]
+    # The step budget may grow between runs (train longer); everything else must match.
+    if {**meta["config"], "steps": 0} != {**config.to_json(), "steps": 0}:
+        raise ValueError(f"{out} holds a run with another config ({meta['config']}); use a new --out directory")
+    treedef = jax.tree.structure(like)
+    restored = jax.tree.unflatten(treedef, [jnp.asarray(x) for x in leaves])
+    return meta["step"], restored, meta["history"]
+
+
+def _plot(out: Path, history: list, method: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [h["step"] for h in history]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
+    for ax, key, label in zip(
+        axes,
+        ("regret", "agreement", "entropy_bits"),
+        ("held-out regret (win prob.)", "agreement with the oracle", "tag entropy (bits)"),
+        strict=True,
+    ):
+        ax.plot(steps, [h["eval"][key] for h in history], marker="o")
+        ax.set_xlabel("step")
+        ax.set_title(label)
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"tag model fine-tuning ({method.upper()})")
+    fig.tight_layout()
+    _atomic_write(out / "curves.png", lambda f: fig.savefig(f, format="png", dpi=110))
+    plt.close(fig)
+
+
+def eval_indices(n: int, count: int) -> np.ndarray:
+    """Evenly spread held-out states scored during training (the full split is scored at the end)."""
+    return np.unique(np.linspace(0, n - 1, min(count, n)).round().astype(int))
+
+
+def train(
+    config: TrainConfig,
+    model: TagModel,
+    train_data: Decisions,
+    eval_data: Decisions,
+    out: str | os.PathLike,
+    *,
+    progress: Callable[[str], None] = print,
+) -> Path:
+    """Run (or resume) `config` in directory `out`; returns the saved adapter's directory."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(config.to_json(), indent=2, sort_keys=True))
+    if model.lora != config.lora:
+        raise ValueError(f"the model's LoRA config {model.lora} is not the run's {config.lora}")
+    loss_fn = _loss_fn(model, config)
+    optimizer = optax.adam(config.lr)
+    adapter = model.adapter
+    opt_state = optimizer.init(adapter)
+
+    @jax.jit
+    def step_fn(adapter, opt_state, base, batch):
+        loss, grads = jax.value_and_grad(loss_fn)(adapter, base, batch)
+        updates, opt_state = optimizer.update(grads, opt_state, adapter)
+        return optax.apply_updates(adapter, updates), opt_state, loss
+
+    pool = _batch_pool(config, model, train_data)
+    held = eval_indices(len(eval_data), config.eval_states)
+    stock = choice_metrics(model.probs(eval_data.features[held], model.zero_adapter()), eval_data.win[held])
+    step, history = 0, []
+    resumed = _load_checkpoint(out, (adapter, opt_state), config)
+    if resumed is not None:
+        step, (adapter, opt_state), history = resumed
+        progress(f"resuming {out} at step {step}")
+    else:
+        history.append(_record(0, float("nan"), stock))
+    t0, losses_since = time.perf_counter(), []
+    while step < config.steps:
+        batch = _draw(pool, config, step)
+        adapter, opt_state, loss = step_fn(adapter, opt_state, model.base, batch)
+        step += 1
+        losses_since.append(float(loss))
+        if step % config.eval_every == 0 or step == config.steps:
+            metrics = choice_metrics(model.probs(eval_data.features[held], adapter), eval_data.win[held])
+            history.append(_record(step, float(np.mean(losses_since)), metrics))
+            losses_since = []
+            _save_checkpoint(out, step, adapter, opt_state, history, config)
+            _write_history(out, history)
+            _plot(out, history, config.method)
+            h = history[-1]
+            progress(
+                f"step {step}/{config.steps}  loss {h['loss']:.4f}  held-out regret {h['eval']['regret']:.3f} "
+                f"agreement {h['eval']['agreement']:.2f}  entropy {h['eval']['entropy_bits']:.2f} bits  "
+                f"({time.perf_counter() - t0:.0f} s)"
+            )
+    return _finish(config, model, adapter, eval_data, out, step, progress)
+
+
+def _batch_pool(config: TrainConfig, model: TagModel, data: Decisions) -> dict:
+    """What batches are drawn from: states (SFT) or separated pairs with reference logits (DPO)."""
+    if config.method == "sft":
+        return {"features": data.features, "win": data.win}
+    states, better, worse = separated_pairs(data.win, data.rollouts)
+    if len(states) == 0:
+        raise ValueError("no tag pairs in the training data differ by more than their CIs; price with more rollouts")
+    ref = np.log(np.maximum(model.probs(data.features, model.zero_adapter()), 1e-30))
+    return {"features": data.features[states], "ref_logits": ref[states], "better": better, "worse": worse}
+
+
+def _draw(pool: dict, config: TrainConfig, step: int) -> dict:
+    n = len(next(iter(pool.values())))
+    rng = np.random.default_rng([config.seed, step])
+    idx = rng.choice(n, size=config.batch, replace=n < config.batch)
+    return {k: jnp.asarray(v[idx]) for k, v in pool.items()}
+
+
+def _plain(metrics: dict) -> dict:
+    """Metrics with arrays as lists, for JSON."""
+    return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in metrics.items()}
+
+
+def _record(step: int, loss: float, metrics: dict) -> dict:
+    return {"step": step, "loss": None if np.isnan(loss) else loss, "eval": _plain(metrics)}
+
+
+def _write_history(out: Path, history: list) -> None:
+    text = "".join(json.dumps(h) + "\n" for h in history)
+    _atomic_write(out / "metrics.jsonl", lambda f: f.write(text.encode()))
+
+
+def _finish(config, model, adapter, eval_data, out, step, progress) -> Path:
+    """Score the whole held-out split, stock and tuned, per bot, and save the adapter with its card."""
+    stock_p = model.probs(eval_data.features, model.zero_adapter())
+    tuned_p = model.probs(eval_data.features, adapter)
+
+    def summary(p):
+        per_bot = by_group(p, eval_data.win, eval_data.bot, BOT_TYPES)
+        return _plain(choice_metrics(p, eval_data.win)) | {"by_bot": {b: _plain(m) for b, m in per_bot.items()}}
+
+    data_config = json.loads((Path(config.data) / "config.json").read_text()) if config.data else {}
+    card = {
+        "method": config.method,
+        "steps": step,
+        "train_config": config.to_json(),
+        "data": data_config,
+        "held_out_states": len(eval_data),
+        "held_out": {"stock": summary(stock_p), "tuned": summary(tuned_p)},
+    }
+    path = save_adapter(out / "adapter", adapter, config.lora, base_sha256=model.base_sha256, card=card)
+    s, t = card["held_out"]["stock"], card["held_out"]["tuned"]
+    progress(
+        f"held-out ({len(eval_data)} states): regret {s['regret']:.3f} -> {t['regret']:.3f}, "
+        f"agreement {s['agreement']:.2f} -> {t['agreement']:.2f}; adapter saved to {path}"
+    )
+    return path
