@@ -3,6 +3,7 @@
     jaxarena-tune-llm data  --scenario raid --policy B-obey-raid --out runs/raid-data
     jaxarena-tune-llm train --method sft --data runs/raid-data --out runs/raid-sft
     jaxarena-tune-llm train --method dpo --data runs/raid-data --out runs/raid-dpo
+    jaxarena-tune-llm train --method grpo --data runs/raid-data --out runs/raid-grpo   # plays; data for eval
 
 Both commands resume: run the same command again after an interruption.
 Errors are one line with what to do; `--debug` shows the traceback.
@@ -66,10 +67,38 @@ def _train(args) -> None:
         targets=tuple(args.targets),
         eval_every=args.eval_every,
         seed=args.seed,
+        episodes=args.episodes,
+        group=args.group,
+        inner_steps=args.inner_steps,
+        kl_coef=args.kl_coef,
     )
     lora = LoraConfig(rank=config.rank, alpha=config.alpha, targets=config.targets)
     model = TagModel.load(limits=_scenario_limits(data_config["scenario"]), lora=lora)
-    train(config, model, load_split(args.data, "train"), load_split(args.data, "eval"), args.out)
+    train_split = None if config.method == "grpo" else load_split(args.data, "train")
+    train(config, model, train_split, load_split(args.data, "eval"), args.out)
+
+
+def _evaluate(args) -> None:
+    from ..lora import adapter_checksum
+    from .evaluate import compare, markdown, write_report
+    from .model import TagModel
+
+    model = TagModel.load(limits=_scenario_limits(args.scenario), adapter=args.adapter)
+    report = compare(
+        model,
+        model.adapter,
+        scenario=args.scenario,
+        policy_spec=args.policy,
+        bots=tuple(args.bots),
+        episodes=args.episodes,
+        seed=args.seed,
+        price_states=args.price_states,
+        rollouts=args.rollouts,
+    )
+    report["adapter"] = {"spec": args.adapter, "checksum": adapter_checksum(model.adapter)}
+    out = write_report(report, args.out)
+    print(markdown(report))
+    print(f"written to {out}/study.json and study.md")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -90,11 +119,11 @@ def parser() -> argparse.ArgumentParser:
     d.set_defaults(fn=_data)
 
     t = sub.add_parser("train", help="fine-tune a LoRA adapter on a dataset")
-    t.add_argument("--method", choices=("sft", "dpo"), default="sft")
+    t.add_argument("--method", choices=("sft", "dpo", "grpo"), default="sft")
     t.add_argument("--data", required=True, help="a dataset directory from `data`")
     t.add_argument("--out", required=True, help="run directory: checkpoint, metrics, curves, adapter")
     t.add_argument("--steps", type=int, default=150)
-    t.add_argument("--batch", type=int, default=32)
+    t.add_argument("--batch", type=int, default=32, help="states per step (GRPO: states drawn from the play)")
     t.add_argument("--lr", type=float, default=2e-3)
     t.add_argument("--tau", type=float, default=0.05, help="SFT: the target is softmax(Q / tau)")
     t.add_argument("--beta", type=float, default=0.5, help="DPO: the preference temperature")
@@ -102,8 +131,24 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--alpha", type=float, default=16.0)
     t.add_argument("--targets", nargs="+", default=["q", "v"], help="projections to adapt (q k v o gate up down)")
     t.add_argument("--eval-every", type=int, default=25)
+    t.add_argument("--episodes", type=int, default=32, help="GRPO: episodes the model plays per step")
+    t.add_argument("--group", type=int, default=8, help="GRPO: tags drawn and played out per state")
+    t.add_argument("--inner-steps", type=int, default=2, help="GRPO: Adam steps per group")
+    t.add_argument("--kl-coef", type=float, default=0.02, help="GRPO: weight of the exact KL to the base model")
     t.add_argument("--seed", type=int, default=0)
     t.set_defaults(fn=_train)
+
+    e = sub.add_parser("evaluate", help="the squad under the stock LLM (B) against the tuned LLM (L), paired")
+    e.add_argument("--adapter", required=True, help="a shipped adapter name or an adapter directory")
+    e.add_argument("--scenario", default="raid")
+    e.add_argument("--policy", default="B-obey-raid")
+    e.add_argument("--bots", nargs="+", default=list(BOT_TYPES), choices=BOT_TYPES)
+    e.add_argument("--episodes", type=int, default=100, help="paired episodes per bot")
+    e.add_argument("--seed", type=int, default=0, help="the protocol's seed: episodes pair with its cells")
+    e.add_argument("--price-states", type=int, default=0, help="decisions per bot priced by the oracle (0: none)")
+    e.add_argument("--rollouts", type=int, default=8, help="the oracle's playouts per tag when pricing")
+    e.add_argument("--out", required=True, help="directory for study.json and study.md")
+    e.set_defaults(fn=_evaluate)
     return p
 
 

@@ -50,12 +50,14 @@ class TagModel:
     @classmethod
     def load(cls, *, limits: dict, adapter: LoadedAdapter | str | None = None, lora: LoraConfig | None = None):
         """The embedded SmolLM2 with Table 10's sampling, prompts written with `limits` (bot/NPC max HP)."""
+        from ..adapters import resolve_adapter
         from ..backends.embedded import EmbeddedBackend
         from ..lora import load_adapter
 
         source = GraphTagSource.from_backend(EmbeddedBackend(), **limits)
-        if isinstance(adapter, (str, bytes)) or hasattr(adapter, "__fspath__"):
-            adapter = load_adapter(adapter, source.generator.cfg, source.generator.sha256)
+        if isinstance(adapter, str) or hasattr(adapter, "__fspath__"):
+            directory = resolve_adapter(str(adapter))  # a shipped name or a directory
+            adapter = load_adapter(directory, source.generator.cfg, source.generator.sha256)
         if isinstance(adapter, LoadedAdapter):
             return cls(source, adapter.lora, adapter.adapter)
         return cls(source, lora or LoraConfig())

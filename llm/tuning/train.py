@@ -1,17 +1,19 @@
-"""One trainer for the tag model's LoRA adapter: SFT or DPO on a priced decision dataset.
+"""One trainer for the tag model's LoRA adapter: SFT, DPO or GRPO, scored on held-out priced decisions.
 
     config = TrainConfig(method="sft", data="runs/raid-data", steps=150)
     train(config, TagModel.load(limits=...), load_split(data, "train"), load_split(data, "eval"), "runs/raid-sft")
 
-Every step draws a batch of training states (the draw depends only on the
-seed and the step, so a resumed run takes the same batches), computes the
-method's loss over the model's 4-way choice (`losses`) and takes one Adam
-step on the adapter. Every `eval_every` steps it scores held-out states
+SFT and DPO draw a batch of training states (or tag pairs) each step; the
+draw depends only on the seed and the step, so a resumed run takes the same
+batches. GRPO plays instead (`grpo`): each step is one compiled program of
+rollout, playouts and update, keyed by the seed and the step. Every
+`eval_every` steps the trainer scores held-out states
 (`metrics.choice_metrics`: regret, agreement with the oracle, entropy, tag
 shares), appends a line to `metrics.jsonl`, redraws `curves.png` and writes
 a checkpoint (adapter, optimizer state, step) atomically. Run the same
 command again after a crash or a SIGKILL: it resumes from the last
-checkpoint and ends with the same adapter, bit for bit, as an uninterrupted run.
+checkpoint and ends with the same adapter, bit for bit, as an uninterrupted
+run. A larger `--steps` extends a finished run.
 
 The run ends by saving the adapter (`adapter/`, see `lora.save_adapter`) with
 a card holding the method, data, steps and the held-out metrics of the stock
@@ -42,7 +44,7 @@ from .data import Decisions
 from .metrics import by_group, choice_metrics
 from .model import TagModel, option_logits
 
-METHODS = ("sft", "dpo")
+METHODS = ("sft", "dpo", "grpo")
 CHECKPOINT = "checkpoint.npz"
 
 
@@ -63,6 +65,12 @@ class TrainConfig:
     eval_every: int = 25
     eval_states: int = 256
     seed: int = 0
+    # GRPO only: episodes played per step, tags drawn per state, Adam steps per group, and the objective.
+    episodes: int = 32
+    group: int = 8
+    inner_steps: int = 2
+    clip_eps: float = 0.2
+    kl_coef: float = 0.02
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -179,59 +187,108 @@ def eval_indices(n: int, count: int) -> np.ndarray:
 def train(
     config: TrainConfig,
     model: TagModel,
-    train_data: Decisions,
+    train_data: Decisions | None,
     eval_data: Decisions,
     out: str | os.PathLike,
     *,
     progress: Callable[[str], None] = print,
 ) -> Path:
-    """Run (or resume) `config` in directory `out`; returns the saved adapter's directory."""
+    """Run (or resume) `config` in directory `out`; returns the saved adapter's directory.
+
+    SFT and DPO learn from `train_data`; GRPO plays the scenario and policy
+    the dataset was built with and ignores `train_data`. All three are scored
+    on `eval_data`.
+    """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(config.to_json(), indent=2, sort_keys=True))
     if model.lora != config.lora:
         raise ValueError(f"the model's LoRA config {model.lora} is not the run's {config.lora}")
-    loss_fn = _loss_fn(model, config)
-    optimizer = optax.adam(config.lr)
+    step_fn, opt_state = (_online_step if config.method == "grpo" else _offline_step)(config, model, train_data)
     adapter = model.adapter
-    opt_state = optimizer.init(adapter)
-
-    @jax.jit
-    def step_fn(adapter, opt_state, base, batch):
-        loss, grads = jax.value_and_grad(loss_fn)(adapter, base, batch)
-        updates, opt_state = optimizer.update(grads, opt_state, adapter)
-        return optax.apply_updates(adapter, updates), opt_state, loss
-
-    pool = _batch_pool(config, model, train_data)
     held = eval_indices(len(eval_data), config.eval_states)
-    stock = choice_metrics(model.probs(eval_data.features[held], model.zero_adapter()), eval_data.win[held])
     step, history = 0, []
     resumed = _load_checkpoint(out, (adapter, opt_state), config)
     if resumed is not None:
         step, (adapter, opt_state), history = resumed
         progress(f"resuming {out} at step {step}")
     else:
-        history.append(_record(0, float("nan"), stock))
-    t0, losses_since = time.perf_counter(), []
+        stock = choice_metrics(model.probs(eval_data.features[held], model.zero_adapter()), eval_data.win[held])
+        history.append(_record(0, {}, stock))
+    t0, since = time.perf_counter(), []
     while step < config.steps:
-        batch = _draw(pool, config, step)
-        adapter, opt_state, loss = step_fn(adapter, opt_state, model.base, batch)
+        adapter, opt_state, stats = step_fn(adapter, opt_state, step)
         step += 1
-        losses_since.append(float(loss))
+        since.append(jax.device_get(stats))
         if step % config.eval_every == 0 or step == config.steps:
             metrics = choice_metrics(model.probs(eval_data.features[held], adapter), eval_data.win[held])
-            history.append(_record(step, float(np.mean(losses_since)), metrics))
-            losses_since = []
+            history.append(_record(step, _mean_stats(since), metrics))
+            since = []
             _save_checkpoint(out, step, adapter, opt_state, history, config)
             _write_history(out, history)
             _plot(out, history, config.method)
             h = history[-1]
             progress(
-                f"step {step}/{config.steps}  loss {h['loss']:.4f}  held-out regret {h['eval']['regret']:.3f} "
-                f"agreement {h['eval']['agreement']:.2f}  entropy {h['eval']['entropy_bits']:.2f} bits  "
-                f"({time.perf_counter() - t0:.0f} s)"
+                f"step {step}/{config.steps}  loss {h['train']['loss']:.4f}  held-out regret "
+                f"{h['eval']['regret']:.3f} agreement {h['eval']['agreement']:.2f}  entropy "
+                f"{h['eval']['entropy_bits']:.2f} bits  ({time.perf_counter() - t0:.0f} s)"
             )
     return _finish(config, model, adapter, eval_data, out, step, progress)
+
+
+def _offline_step(config: TrainConfig, model: TagModel, data: Decisions):
+    """SFT/DPO: `step(adapter, opt_state, i) -> (adapter, opt_state, stats)` on batch i of the data."""
+    if data is None:
+        raise ValueError(f"{config.method} learns from a dataset: pass the training split")
+    loss_fn = _loss_fn(model, config)
+    optimizer = optax.adam(config.lr)
+
+    @jax.jit
+    def update(adapter, opt_state, base, batch):
+        loss, grads = jax.value_and_grad(loss_fn)(adapter, base, batch)
+        updates, opt_state = optimizer.update(grads, opt_state, adapter)
+        return optax.apply_updates(adapter, updates), opt_state, {"loss": loss}
+
+    pool = _batch_pool(config, model, data)
+    return (lambda ad, opt, i: update(ad, opt, model.base, _draw(pool, config, i))), optimizer.init(model.adapter)
+
+
+def _online_step(config: TrainConfig, model: TagModel, data):
+    """GRPO: `step(adapter, opt_state, i)` plays, scores and updates in one program (`grpo`)."""
+    import jaxarena
+    from jaxarena.algorithms.checkpoint import load_policy
+    from jaxarena.protocol.policies import policy_env_id
+
+    from .grpo import GRPOConfig, make_grpo_step
+
+    data_config = json.loads((Path(config.data) / "config.json").read_text())
+    policy, policy_params = load_policy(data_config["policy"])
+    env_id = policy_env_id(policy)
+    bots = data_config["bots"]
+    env, params0 = jaxarena.make(env_id, bot=bots[0], scenario=data_config["scenario"])
+    bot_params = [jaxarena.make(env_id, bot=b, scenario=data_config["scenario"])[1] for b in bots]
+    grpo = GRPOConfig(
+        episodes=config.episodes,
+        states=config.batch,
+        group=config.group,
+        inner_steps=config.inner_steps,
+        clip_eps=config.clip_eps,
+        kl_coef=config.kl_coef,
+        lr=config.lr,
+    )
+    step, optimizer = make_grpo_step(env, params0, policy, model, grpo)
+    # Train episodes come from seeds the dataset never used (its parts fold in small part indices).
+    key = jax.random.fold_in(jax.random.key(config.seed), 0x6B0)
+
+    def run(adapter, opt_state, i):
+        params = bot_params[i % len(bot_params)]
+        return step(adapter, opt_state, model.base, policy_params, params, jax.random.fold_in(key, i))
+
+    return run, optimizer.init(model.adapter)
+
+
+def _mean_stats(stats: list) -> dict:
+    return {k: np.mean([np.asarray(s[k]) for s in stats], axis=0).tolist() for k in stats[0]}
 
 
 def _batch_pool(config: TrainConfig, model: TagModel, data: Decisions) -> dict:
@@ -257,8 +314,8 @@ def _plain(metrics: dict) -> dict:
     return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in metrics.items()}
 
 
-def _record(step: int, loss: float, metrics: dict) -> dict:
-    return {"step": step, "loss": None if np.isnan(loss) else loss, "eval": _plain(metrics)}
+def _record(step: int, train_stats: dict, metrics: dict) -> dict:
+    return {"step": step, "train": train_stats, "eval": _plain(metrics)}
 
 
 def _write_history(out: Path, history: list) -> None:
