@@ -45,6 +45,7 @@ def _data(args) -> None:
 
 
 def _train(args) -> None:
+    import dataclasses
     import json
     from pathlib import Path
 
@@ -72,8 +73,17 @@ def _train(args) -> None:
         inner_steps=args.inner_steps,
         kl_coef=args.kl_coef,
     )
-    lora = LoraConfig(rank=config.rank, alpha=config.alpha, targets=config.targets)
-    model = TagModel.load(limits=_scenario_limits(data_config["scenario"]), lora=lora)
+    limits = _scenario_limits(data_config["scenario"])
+    if args.init_from:
+        # Start from a trained adapter (e.g. GRPO after SFT); its rank and targets are the run's.
+        model = TagModel.load(limits=limits, adapter=args.init_from)
+        config = dataclasses.replace(
+            config, rank=model.lora.rank, alpha=model.lora.alpha, targets=model.lora.targets, init_from=args.init_from
+        )
+    else:
+        model = TagModel.load(
+            limits=limits, lora=LoraConfig(rank=config.rank, alpha=config.alpha, targets=config.targets)
+        )
     train_split = None if config.method == "grpo" else load_split(args.data, "train")
     train(config, model, train_split, load_split(args.data, "eval"), args.out)
 
@@ -131,6 +141,7 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--alpha", type=float, default=16.0)
     t.add_argument("--targets", nargs="+", default=["q", "v"], help="projections to adapt (q k v o gate up down)")
     t.add_argument("--eval-every", type=int, default=25)
+    t.add_argument("--init-from", default=None, help="start from this adapter (name or directory), e.g. GRPO after SFT")
     t.add_argument("--episodes", type=int, default=32, help="GRPO: episodes the model plays per step")
     t.add_argument("--group", type=int, default=8, help="GRPO: tags drawn and played out per state")
     t.add_argument("--inner-steps", type=int, default=2, help="GRPO: Adam steps per group")

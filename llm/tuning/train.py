@@ -71,6 +71,7 @@ class TrainConfig:
     inner_steps: int = 2
     clip_eps: float = 0.2
     kl_coef: float = 0.02
+    init_from: str | None = None  # the adapter the run started from (None: a zero adapter)
 
     def __post_init__(self):
         if self.method not in METHODS:

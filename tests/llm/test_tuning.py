@@ -82,7 +82,7 @@ def test_separated_pairs_need_win_rates_apart_by_more_than_their_cis():
 @pytest.mark.parametrize("method", ["sft", "dpo"])
 def test_offline_methods_learn_a_synthetic_rule(model, method, tmp_path):
     config = TrainConfig(
-        method=method, steps=30, batch=16, lr=3e-3, beta=2.0, rank=4, targets=("q", "v"), eval_every=30, eval_states=96
+        method=method, steps=60, batch=16, lr=3e-3, beta=2.0, rank=4, targets=("q", "v"), eval_every=60, eval_states=96
     )
     held_out = synthetic(96, seed=1)
     stock = choice_metrics(model.probs(held_out.features, model.zero_adapter()), held_out.win)
@@ -109,7 +109,7 @@ def test_grpo_update_learns_a_synthetic_rule_from_rewards(model):
 
     adapter = model.zero_adapter()
     opt_state = optimizer.init(adapter)
-    for i in range(30):
+    for i in range(60):
         f = jnp.asarray(random_features(config.states, 100 + i))
         adapter, opt_state, stats = step(adapter, opt_state, model.base, f, jax.random.key(i))
     held_out = synthetic(96, seed=1)
