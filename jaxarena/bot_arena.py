@@ -60,7 +60,7 @@ from .env import checked_actions
 from .learned_bot import BOT_OBS_SIZE, NUM_BOT_ACTIONS, bot_observation
 from .names import BOT_LEARNED, NUM_NPCS, NUM_TAGS
 from .physics import norm
-from .registry import OBSERVATIONS, arena_for
+from .registry import OBSERVATIONS, arena_for, make, resolve_squad
 from .spaces import Box, Discrete
 from .spawn import initial_state
 from .types import EnvParams, EnvState, arena_diagonal, ticks
@@ -304,8 +304,6 @@ def make_bot_arena(
     driven by the actions passed to `step`. `tags`, `approach_shaping`,
     `gamma` and `stagger` are `BotArena`'s.
     """
-    from .registry import make, resolve_squad
-
     if bot is not None and bot != "learned" and bot != BOT_LEARNED:
         raise ValueError(f"BotArena-v0's bot is the learner, driven by step's actions; got bot={bot!r}")
     policy, squad_params = resolve_squad(squad, "BotArena-v0")

@@ -149,3 +149,11 @@ def test_jaxmarl_view_per_agent_dones_and_world_state():
     obs, state, rewards, dones, infos = env.step(jax.random.key(1), state, actions)
     assert bool(dones["npc_2"]) and not bool(dones["npc_0"]) and not bool(dones["__all__"])
     assert all(v.shape == (5,) for v in infos.values())
+
+
+def test_make_jaxmarl_serves_the_arena_variants_only():
+    assert set(jaxarena.ARENA_IDS) < set(jaxarena.REGISTERED_IDS)
+    for env_id in jaxarena.ARENA_IDS:
+        assert jaxarena.make_jaxmarl(env_id).name == f"jaxarena.{env_id}"
+    with pytest.raises(ValueError, match="make_jaxmarl serves the arena variants"):
+        jaxarena.make_jaxmarl("BotArena-v0")
