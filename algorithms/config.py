@@ -6,7 +6,7 @@ import dataclasses
 import json
 from typing import Any
 
-from jaxarena.registry import REGISTERED_IDS
+from jaxarena.registry import ARENA_IDS
 from jaxarena.scenarios import SCENARIOS
 from jaxarena.types import BOT_TYPES, NUM_TAGS
 
@@ -90,8 +90,8 @@ class PPOConfig:
     def __post_init__(self):
         if self.combination not in COMBINATIONS:
             raise ValueError(f"combination must be one of {COMBINATIONS}, got {self.combination!r}")
-        if self.env_id not in REGISTERED_IDS:
-            raise ValueError(f"env_id must be one of {REGISTERED_IDS}, got {self.env_id!r}")
+        if self.env_id not in ARENA_IDS:
+            raise ValueError(f"env_id must be one of {ARENA_IDS}, got {self.env_id!r}")
         if self.scenario not in SCENARIOS:
             raise ValueError(f"scenario must be one of {tuple(SCENARIOS)}, got {self.scenario!r}")
         bots = tuple(self.bots)

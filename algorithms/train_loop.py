@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jaxarena.registry import REGISTERED_IDS
+from jaxarena.registry import ARENA_IDS
 from jaxarena.scenarios import SCENARIOS
 from jaxarena.types import BOT_TYPES
 
@@ -40,9 +40,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--combination", choices=("A", "B"), default=None, help="A (default for a new run) or B")
     p.add_argument("--total-steps", type=float, default=None, help="env steps (arena ticks), e.g. 2e7")
     p.add_argument("--out", required=True, help="run directory (config, checkpoints, metrics, plot)")
-    p.add_argument(
-        "--env", dest="env_id", choices=REGISTERED_IDS, default=None, help="arena variant (default Arena-v0)"
-    )
+    p.add_argument("--env", dest="env_id", choices=ARENA_IDS, default=None, help="arena variant (default Arena-v0)")
     p.add_argument("--scenario", choices=tuple(SCENARIOS), default=None, help="arena preset (default paper)")
     p.add_argument("--bots", nargs="+", choices=BOT_TYPES, default=None)
     p.add_argument("--seed", type=int, default=None)

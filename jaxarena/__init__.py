@@ -4,6 +4,10 @@ env, params = jaxarena.make("Arena-v0", bot="balanced")
 obs, state = env.reset(key, params)
 obs, state, reward, done, info = env.step(key, state, actions, params)
 
+Every id in `REGISTERED_IDS` has this gymnax interface, with
+`observation_space(params)` and `action_space(params)` (`jaxarena.spaces`);
+`jaxarena.make_task("paper-balanced")` builds one of the canonical `TASKS`.
+
 The package imports lazily: the plain-Python vocabulary (`jaxarena.names`:
 tags, bots, outcomes, fallback reasons) is usable without loading JAX, and
 the arena's names below load it on first use.
@@ -33,14 +37,17 @@ __version__ = "0.1.0"
 
 # Public name -> the submodule that defines it; imported on first access (PEP 562).
 _LAZY = {
+    "ARENA_IDS": "registry",
     "Arena": "env",
     "EnvParams": "types",
     "EnvState": "types",
     "OBS_SIZE": "types",
     "REGISTERED_IDS": "registry",
     "SCENARIOS": "scenarios",
+    "TASKS": "tasks",
     "make": "registry",
     "make_jaxmarl": "registry",
+    "make_task": "tasks",
     "llm_features": "observe",
     "make_runner": "runner",
 }
@@ -48,9 +55,10 @@ _LAZY = {
 if TYPE_CHECKING:
     from .env import Arena
     from .observe import llm_features
-    from .registry import REGISTERED_IDS, make, make_jaxmarl
+    from .registry import ARENA_IDS, REGISTERED_IDS, make, make_jaxmarl
     from .runner import make_runner
     from .scenarios import SCENARIOS
+    from .tasks import TASKS, make_task
     from .types import OBS_SIZE, EnvParams, EnvState
 
 
@@ -58,6 +66,7 @@ if TYPE_CHECKING:
 _SUBMODULES = (
     "bot_arena",
     "bots",
+    "checks",
     "demo",
     "env",
     "files",
@@ -75,7 +84,9 @@ _SUBMODULES = (
     "rewards",
     "runner",
     "scenarios",
+    "spaces",
     "spawn",
+    "tasks",
     "types",
     "wrappers",
 )
@@ -97,6 +108,7 @@ def __dir__():
 
 __all__ = [
     "ACTIONS",
+    "ARENA_IDS",
     "BOT_TYPES",
     "FALLBACK_REASONS",
     "LLM_FEATURES",
@@ -107,6 +119,7 @@ __all__ = [
     "OUTCOMES",
     "REGISTERED_IDS",
     "SCENARIOS",
+    "TASKS",
     "TAGS",
     "TAG_NAMES",
     "Arena",
@@ -117,5 +130,6 @@ __all__ = [
     "make",
     "make_jaxmarl",
     "make_runner",
+    "make_task",
     "tag_index",
 ]

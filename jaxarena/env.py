@@ -8,10 +8,12 @@ import numpy as np
 
 from . import physics
 from .bots import BotState, World, scripted_bot
+from .checks import check_key, check_range
 from .formations import SLOT_FEATURES, slot_features
 from .learned_bot import learned_move
 from .observe import FACING, can_melee, observe, with_tag
 from .rewards import tag_shaping, team_reward
+from .spaces import Box, Discrete
 from .spawn import initial_state
 from .types import (
     BOT_LEARNED,
@@ -57,7 +59,9 @@ class Arena:
                 slot for this NPC (`jaxarena.formations.slot_features`)
     Action: int32 (5,), one of 6 per NPC (Table 4): 0 move toward the bot,
         1 strafe left, 2 strafe right, 3 melee, 4 retreat, 5 ranged (orb).
-        Dead NPCs and out-of-range action values do nothing.
+        Dead NPCs do nothing. A concrete out-of-range value raises
+        ValueError; under `jit`, where values cannot be checked without a
+        host round trip, an out-of-range value does nothing.
     Reward: float32 (5,): the shared team reward (bot damage / 300, +1 kill,
         -1 wipe), which is all `Arena-v0`'s default params pay (Combination
         A's reward). Only with `shaping_weight` > 0, which whoever plays with
@@ -67,6 +71,10 @@ class Arena:
     Done: () bool. `step` auto-resets; `info` keeps the finished episode's
         outcome (1 NPC win, 2 bot win, 3 timeout), length in seconds,
         `terminated`/`truncated` (a timeout truncates) and `final_obs`.
+
+    Spaces (gymnax-style, `jaxarena.spaces`): `observation_space(params)` is a
+    `Box` of shape (5, obs_size), `action_space(params)` a `Discrete(6)` of
+    shape (5,). `agents` names the NPCs as JaxMARL does ("npc_0".."npc_4").
 
     Usage::
 
@@ -116,11 +124,30 @@ class Arena:
         return "ArenaFacing-v0" if self.observe_facing else "Arena-v0"
 
     @property
+    def name(self) -> str:
+        """The environment's name, as gymnax's `env.name`: its registry id."""
+        return self.env_id
+
+    @property
+    def agents(self) -> list[str]:
+        """The NPCs' names in observation-row order, as JaxMARL names agents."""
+        return [f"npc_{i}" for i in range(NUM_NPCS)]
+
+    @property
     def default_params(self) -> EnvParams:
         return self._default_params
 
+    def observation_space(self, params: EnvParams | None = None) -> Box:
+        """(5, obs_size) float32: Table 3's floats lie in [0, 1], the facing and slot features in [-1, 1]."""
+        return Box(observation_low(self.obs_size), 1.0, (NUM_NPCS, self.obs_size), jnp.float32)
+
+    def action_space(self, params: EnvParams | None = None) -> Discrete:
+        """(5,) int32, one of the six Table 4 actions per NPC."""
+        return Discrete(NUM_ACTIONS, shape=(NUM_NPCS,), dtype=jnp.int32)
+
     def reset(self, key: jax.Array, params: EnvParams | None = None) -> tuple[jax.Array, EnvState]:
         """Start an episode. Returns (obs (5, obs_size), state)."""
+        check_key(key, "reset's key")
         params = self._default_params if params is None else params
         state = initial_state(key, params)
         return self.observe(state, params), state
@@ -132,6 +159,7 @@ class Arena:
         policy, which the shipped bots ignore). Returns (obs, state, reward,
         done, info); see the class docstring.
         """
+        check_key(key, "step's key")
         params = self._default_params if params is None else params
         actions = checked_actions(actions)
         stepped, reward, terminated, truncated, info = self.step_env(key, state, actions, params)
@@ -327,9 +355,14 @@ def outcome_of(state: EnvState) -> jax.Array:
     )
 
 
+def observation_low(obs_size: int) -> np.ndarray:
+    """(obs_size,) float32 lower bounds of an observation row: 0 for Table 3's floats, -1 for the extras."""
+    return np.where(np.arange(obs_size) < OBS_SIZE, 0.0, -1.0).astype(np.float32)
+
+
 def checked_actions(actions) -> jax.Array:
-    """Reject a wrong shape or dtype at trace time, with a message that helps."""
-    actions = jnp.asarray(actions)
+    """Reject a wrong shape or dtype at trace time, and a concrete out-of-range value, with a message that helps."""
+    raw, actions = actions, jnp.asarray(actions)
     if actions.shape != (NUM_NPCS,):
         raise ValueError(
             f"actions must have shape ({NUM_NPCS},), one per NPC, got {actions.shape}; "
@@ -337,4 +370,5 @@ def checked_actions(actions) -> jax.Array:
         )
     if not jnp.issubdtype(actions.dtype, jnp.integer):
         raise TypeError(f"actions must be integers in 0..{NUM_ACTIONS - 1}, got dtype {actions.dtype}")
+    check_range(raw, NUM_ACTIONS, "each NPC's action (Table 4)")
     return actions.astype(jnp.int32)

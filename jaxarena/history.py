@@ -1,6 +1,7 @@
 """What a player can read off the last few decision points: the input of opponent deduction.
 
-Seed 001's agents deduce hidden information before they act. In the arena the
+The Werewolf agents of "Language Agents with Reinforcement Learning for Strategic Play in the Werewolf Game"
+(Xu et al.) deduce hidden information before they act. In the arena the
 hidden part is which bot the squad faces and, for the balanced bot, the mode
 it is in. Neither is in the Table 10 state, but both show in how the bot moves
 between decisions: the aggressive bot closes on the squad, the evasive one

@@ -22,10 +22,10 @@ Within 8 u, the line the fight and Retreat are drawn at, the arcs count
 only for a squad in the fight.
 
 `distance` (mean distance living NPC -> bot, u) was
-Aggressive's measure until issue #11's seventh stop. It counts the chase, not
+Aggressive's measure before `damage_rate`. It counts the chase, not
 the attack: against the evasive bot, A's winning chase keeps 9 u off the bot,
-farther than B-obey's Surround ring, which wins 26%. The issue names both distance
-and damage rate; damage rate is the one that says whether a squad presses
+farther than B-obey's Surround ring, which wins 26%. Both read "aggressive"
+plausibly; damage rate is the one that says whether a squad presses
 the attack (docs/arena.md, "Intents").
 
 Coverage is 1 when the living NPCs stand evenly around the bot and falls with

@@ -1,8 +1,9 @@
-"""`jaxarena.make`: build an arena by id, with named bots and checked overrides."""
+"""`jaxarena.make`: build an environment by id, with named bots and checked overrides."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 
 import jax.numpy as jnp
 import numpy as np
@@ -25,22 +26,42 @@ OBSERVATIONS = {
     # v0 with Flank's slot at the bot's nearer side, 6 u off it (`formations.nearer_sides`).
     "ArenaFormation-v2": {"observe_formation": True, "flank_sides": True},
 }
-REGISTERED_IDS = tuple(OBSERVATIONS)
+#: The NPC-side arena variants: what a squad policy trains and plays on.
+ARENA_IDS = tuple(OBSERVATIONS)
+#: Environments built around an arena and a frozen squad: id -> "module:builder" (imported on first use,
+#: so the arena's import pulls in neither the checkpoint loader nor the LLM's tables).
+BUILT_AROUND_SQUAD = {
+    # The learned bot's side (`jaxarena.bot_arena.BotArena`, one unbatched arena).
+    "BotArena-v0": "jaxarena.bot_arena:make_bot_arena",
+    # The selector's 5 s decision MDP (`jaxarena.selector.decision_env.DecisionEnv`, one unbatched lane).
+    "SelectorDecision-v0": "jaxarena.selector.decision_env:make_decision_env",
+}
+#: Every id `make` builds.
+REGISTERED_IDS = ARENA_IDS + tuple(BUILT_AROUND_SQUAD)
 _ARRAY_FIELDS = {"boxes": (None, 4), "npc_spawn": (4,), "bot_spawn": (4,)}
 
 
-def make(
-    env_id: str = "Arena-v0", bot: str | int | None = None, scenario: str = DEFAULT_SCENARIO, **overrides
-) -> tuple[Arena, EnvParams]:
+def make(env_id: str = "Arena-v0", bot: str | int | None = None, scenario: str = DEFAULT_SCENARIO, **overrides):
     """Create an environment and its default params.
 
+    Every environment has gymnax's interface: `reset(key, params)`,
+    `step(key, state, action, params)` (auto-resetting), `name`,
+    `default_params`, `observation_space(params)`, `action_space(params)`.
+
     Args:
-        env_id: one of `REGISTERED_IDS`: "Arena-v0" (the paper's 23-float
+        env_id: one of `REGISTERED_IDS`. The arena variants (`ARENA_IDS`):
+            "Arena-v0" (the paper's 23-float
             observation), "ArenaFacing-v0" (plus the bot's facing, 25 floats),
             "ArenaFormation-v0" (plus the facing and the tag's formation
             slot for each NPC, 28 floats; `jaxarena.formations`) or
             "ArenaFormation-v2" (v0 with Flank's slot at the bot's nearer
-            side, 6 u off it).
+            side, 6 u off it). Built around a frozen squad, which they need
+            as `squad=` (a shipped policy's name such as "B-paper", a run
+            directory, or a `(policy, params)` pair): "BotArena-v0", the
+            learned bot's side (`jaxarena.bot_arena.make_bot_arena`), and
+            "SelectorDecision-v0", the selector's decision-level env
+            (`jaxarena.selector.decision_env.make_decision_env`); their
+            builders list their other options.
         bot: "aggressive", "evasive" or "balanced" (or its index); default balanced.
             "learned" (or `BOT_LEARNED`, 3) is the learned bot, which needs
             `bot_weights` (`jaxarena.learned_bot.init_bot_weights` or a
@@ -56,6 +77,9 @@ def make(
     scenario, bot name or field, on a value of the wrong type or shape, and
     on a physically meaningless value (see `check_values`).
     """
+    if env_id in BUILT_AROUND_SQUAD:
+        module, builder = BUILT_AROUND_SQUAD[env_id].split(":")
+        return getattr(importlib.import_module(module), builder)(bot=bot, scenario=scenario, **overrides)
     if env_id not in REGISTERED_IDS:
         raise ValueError(f"unknown env id {env_id!r}; registered ids: {', '.join(REGISTERED_IDS)}")
     if bot is not None:
@@ -74,9 +98,9 @@ def make(
 
 
 def arena_for(env_id: str, params: EnvParams, scenario: str = DEFAULT_SCENARIO) -> Arena:
-    """The `Arena` of a registered id over already-built `params` (no checks: `make` checks)."""
+    """The `Arena` of an arena id over already-built `params` (no checks: `make` checks)."""
     if env_id not in OBSERVATIONS:
-        raise ValueError(f"unknown env id {env_id!r}; registered ids: {', '.join(REGISTERED_IDS)}")
+        raise ValueError(f"unknown arena id {env_id!r}; arena ids: {', '.join(ARENA_IDS)}")
     return Arena(params, scenario=scenario, **OBSERVATIONS[env_id])
 
 
@@ -217,5 +241,26 @@ def make_jaxmarl(env_id: str = "Arena-v0", bot: str | int | None = None, world_s
     """
     from .wrappers import MultiAgentArena
 
+    if env_id not in ARENA_IDS:
+        raise ValueError(f"make_jaxmarl serves the arena variants {', '.join(ARENA_IDS)}, got {env_id!r}")
     env, params = make(env_id, bot=bot, **overrides)
     return MultiAgentArena(env, params, world_state=world_state)
+
+
+def resolve_squad(squad, env_id: str, example: str = "B-paper"):
+    """`(policy, params)` of a builder's `squad=`: a shipped policy's name or a run directory (loaded with
+    `jaxarena.algorithms.checkpoint.load_policy`), or a `(policy, params)` pair. A clear error if missing."""
+    if squad is None:
+        raise TypeError(
+            f"{env_id} needs the frozen squad that plays the NPCs: pass squad= a shipped policy's name "
+            f"(e.g. {example!r}; docs/training.md lists them) or a run directory, loaded with "
+            "jaxarena.algorithms.checkpoint.load_policy, or a (policy, params) pair such as "
+            "(jaxarena.policies.focus_fire_policy, None)"
+        )
+    if isinstance(squad, tuple) and len(squad) == 2 and callable(squad[0]):
+        return squad
+    if isinstance(squad, str) or hasattr(squad, "__fspath__"):
+        from jaxarena.algorithms.checkpoint import load_policy  # flax/orbax: only when a checkpoint is named
+
+        return load_policy(squad)
+    raise TypeError(f"squad must be a policy name, a run directory or a (policy, params) pair, got {squad!r}")

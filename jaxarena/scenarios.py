@@ -37,15 +37,15 @@ SCENARIOS = MappingProxyType(
         # A bot that can take and deal a beating: 2.5x the HP and twice the melee
         # damage. A melee trade is no longer a sure win, so standing off, ranged
         # fire and where the squad stands start to matter. A trained here wins
-        # 36% / 98% / 20% (aggressive / evasive / balanced): inside issue #11's
-        # 20-80% band for two bots, not the evasive one (docs/arena.md).
+        # 36% / 98% / 20% (aggressive / evasive / balanced): inside the calibration
+        # band (20-80%) for two bots, not the evasive one (docs/arena.md).
         "brute": MappingProxyType({"bot_hp": 2.5 * BOT_MAX_HP, "bot_melee_damage": 30.0}),
         # `brute` against the clock (a raid's enrage timer): a 48 s episode and
         # HP x2.3. A-raid's wins against the evasive bot come at a median 43 s, so the clock
         # makes that chase a gamble, while the aggressive and balanced fights
         # are decided in about 10 s. A fine-tuned here wins 55% / 73% / 25%
-        # (seed 1, shipped as A-raid; seed 0: 49 / 61 / 23): issue #11's 20-80%
-        # band against every bot (docs/arena.md).
+        # (seed 1, shipped as A-raid; seed 0: 49 / 61 / 23): inside the calibration
+        # band (20-80%) against every bot (docs/arena.md).
         "raid": MappingProxyType({"bot_hp": 2.3 * BOT_MAX_HP, "bot_melee_damage": 30.0, "episode_s": 48.0}),
         # The paper's stats with a bot whose melee hits every NPC in range:
         # clumping in melee is punished, so spreading out (Surround) matters.

@@ -1,5 +1,10 @@
 """Wrappers: episode logging, and a JaxMARL-compatible multi-agent view.
 
+Every wrapper passes the attributes it does not define through to the env it
+wraps (`GymnaxWrapper.__getattr__`, as gymnax's wrappers do), so
+`LogWrapper(env).obs_size`, `.agents`, `.observation_space(params)` and the
+like keep working however deep the wrapping.
+
 `LogWrapper` keeps running and last-finished episode statistics in the state,
 so a jitted training loop can report returns, lengths and outcomes.
 
@@ -16,11 +21,25 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import struct
 
-from .env import Arena
-from .types import NUM_ACTIONS, NUM_NPCS, OBS_SIZE, EnvParams, EnvState
+from .env import Arena, observation_low
+from .spaces import Box, Discrete  # noqa: F401  (re-exported: their home was this module)
+from .types import NUM_ACTIONS, NUM_NPCS, EnvParams, EnvState
+
+
+class GymnaxWrapper:
+    """Base of the wrappers: holds the wrapped env as `_env` and passes unknown attributes through to it."""
+
+    def __init__(self, env):
+        self._env = env
+
+    def __getattr__(self, name: str):
+        # Only called for names the wrapper lacks. `_env` itself and dunders are never delegated,
+        # so copying or unpickling a half-built wrapper fails cleanly instead of recursing.
+        if name == "_env" or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self._env, name)
 
 
 @struct.dataclass
@@ -33,28 +52,22 @@ class LogState:
     returned_episode_outcome: jax.Array  # () 1 NPC win, 2 bot win, 3 timeout (0 before any)
 
 
-class LogWrapper:
-    """Adds episode returns, lengths and outcomes to `info` (PureJaxRL style).
+class LogWrapper(GymnaxWrapper):
+    """Adds episode returns, lengths and outcomes to `info` (PureJaxRL style) of an `Arena`.
 
     info gains: "returned_episode" (bool, an episode ended on this step),
     "returned_episode_returns" (5,), "returned_episode_lengths" (ticks),
     "returned_episode_seconds", "returned_episode_outcome"; each holds the
     most recently *finished* episode, so averaging them where
-    "returned_episode" is true gives per-episode statistics.
+    "returned_episode" is true gives per-episode statistics. "timestep" is
+    the step's place in its episode: 1 on an episode's first step, the
+    episode's length on its last. (PureJaxRL's "timestep" counts steps since
+    the wrapper's reset, across episodes; this one restarts with each episode,
+    and keeps the state, and so training checkpoints, as they were.)
     """
 
     def __init__(self, env: Arena):
-        self._env = env
-        self.num_agents, self.obs_size, self.num_actions, self.num_tags = (
-            env.num_agents,
-            env.obs_size,
-            env.num_actions,
-            env.num_tags,
-        )
-
-    @property
-    def default_params(self) -> EnvParams:
-        return self._env.default_params
+        super().__init__(env)
 
     def reset(self, key: jax.Array, params: EnvParams | None = None):
         obs, env_state = self._env.reset(key, params)
@@ -81,6 +94,7 @@ class LogWrapper:
             returned_episode_lengths=state.returned_episode_length,
             returned_episode_seconds=state.returned_episode_length.astype(jnp.float32) * params.dt,
             returned_episode_outcome=state.returned_episode_outcome,
+            timestep=length,
         )
         return obs, state, reward, done, info
 
@@ -92,42 +106,7 @@ class LogWrapper:
         return obs, state.replace(env_state=env_state)
 
 
-class Box:
-    """A continuous space with JaxMARL's fields: low, high, shape, dtype.
-
-    `sample` is jittable; `contains` is a host-side (numpy) check.
-    """
-
-    def __init__(self, low, high, shape: tuple, dtype=jnp.float32):
-        self.low, self.high, self.shape, self.dtype = low, high, tuple(shape), dtype
-
-    def sample(self, key: jax.Array) -> jax.Array:
-        return jax.random.uniform(key, self.shape, self.dtype, self.low, self.high)
-
-    def contains(self, x) -> bool:
-        x = np.asarray(x)
-        return x.shape == self.shape and bool(np.all((x >= self.low) & (x <= self.high)))
-
-
-class Discrete:
-    """A discrete space with JaxMARL's fields: n (num_categories), shape, dtype.
-
-    `sample` is jittable; `contains` is a host-side (numpy) check.
-    """
-
-    def __init__(self, num_categories: int, dtype=jnp.int32):
-        self.n = self.num_categories = num_categories
-        self.shape, self.dtype = (), dtype
-
-    def sample(self, key: jax.Array) -> jax.Array:
-        return jax.random.randint(key, self.shape, 0, self.n, self.dtype)
-
-    def contains(self, x) -> bool:
-        x = np.asarray(x)
-        return x.shape == () and np.issubdtype(x.dtype, np.integer) and 0 <= int(x) < self.n
-
-
-class MultiAgentArena:
+class MultiAgentArena(GymnaxWrapper):
     """The arena through JaxMARL's `MultiAgentEnv` interface.
 
     Agents are "npc_0" ... "npc_4". Per-agent dones are true once that NPC
@@ -139,14 +118,14 @@ class MultiAgentArena:
     """
 
     def __init__(self, env: Arena | None = None, params: EnvParams | None = None, world_state: bool = False):
-        self._env = env if env is not None else Arena()
+        super().__init__(env if env is not None else Arena())
         self.params = params if params is not None else self._env.default_params
         self.num_agents = NUM_NPCS
         self.agents = [f"npc_{i}" for i in range(NUM_NPCS)]
         self.world_state = world_state
         self.obs_size = self._env.obs_size
-        # Table 3's floats lie in [0, 1]; the optional bot facing is a unit vector.
-        low = np.where(np.arange(self.obs_size) < OBS_SIZE, 0.0, -1.0).astype(np.float32)
+        # Table 3's floats lie in [0, 1]; the facing and slot features in [-1, 1].
+        low = observation_low(self.obs_size)
         self.observation_spaces = {a: Box(low, 1.0, (self.obs_size,)) for a in self.agents}
         self.action_spaces = {a: Discrete(NUM_ACTIONS) for a in self.agents}
 

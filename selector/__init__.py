@@ -1,4 +1,5 @@
-"""Combination C (seed 001): an RL policy that picks among the LLM's candidate tags.
+"""Combination C: an RL policy that picks among the LLM's candidate tags, after
+"Language Agents with Reinforcement Learning for Strategic Play in the Werewolf Game" (Xu et al.).
 
 Every 5 s the LLM deduces the opponent (`llm.deduction`) and proposes three
 candidate tags (`llm.candidates`); a small attention policy trained with PPO

@@ -8,23 +8,34 @@ the protocol evaluates. The reward is the team reward over the period
 (Combination A's: damage to the bot, +1 for the kill, -1 for a wipe; the
 population's params keep the Table 5 shaping off). An episode that ends is
 replaced by a new one against an opponent drawn from the population.
+
+Its params are that `Population`: `reset(key, params)` and
+`step(key, state, action, params)` take one (the constructor's by default),
+as the arena takes its `EnvParams`. With `num_envs=None` it is one unbatched
+lane, the gymnax way, and `jaxarena.make("SelectorDecision-v0", squad=...)`
+builds it so; an unbatched lane plays exactly lane 0 of a batch of one on
+the same keys.
 """
 
 from __future__ import annotations
+
+import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from jaxarena.checks import check_key, check_range
 from jaxarena.env import Arena
 from jaxarena.history import DecisionHistory, empty_history, push
 from jaxarena.names import BOT_TYPES, NPC_WIN
 from jaxarena.observe import llm_features
 from jaxarena.runner import Start, hold_tags, make_runner, schedule_of
+from jaxarena.spaces import Box, Discrete, Tree
 from jaxarena.types import EnvParams, EnvState
 
-from .inputs import InputConfig, LLMAdvice, SelectorObs, selector_inputs
+from .inputs import CANDIDATE_SIZE, STATE_SIZE, InputConfig, LLMAdvice, SelectorObs, selector_inputs
 from .population import Population
 
 
@@ -51,15 +62,25 @@ class DecisionEnvState:
 
 
 class DecisionEnv:
-    """Batched, auto-resetting decision-level arena for `algorithms.ppo_core`.
+    """Batched, auto-resetting decision-level arena for `algorithms.ppo_core` (one unbatched lane if num_envs is None).
 
     Args:
       arena: the squad policy's arena variant (its observation layout).
       squad_policy, squad_params: the frozen tag-conditioned squad (B).
-      population: the opponents; episodes draw theirs by weight.
+      population: the opponents; episodes draw theirs by weight. The default params.
       table: the LLM's `StrategyTable`.
       inputs: which LLM outputs the selector sees.
+      num_envs: lanes in the batch; None for one unbatched lane.
+
+    Batched, the state is a `DecisionEnvState` (lanes and the population);
+    unbatched, it is the lane's `DecisionState` alone, and the population
+    comes from `params`. A population passed as params must share the
+    constructor's dt, decision period and episode length (the compiled
+    period's length). The observation is a `SelectorObs`, the action the
+    index of the chosen candidate, in 0..inputs.choosable - 1.
     """
+
+    name = "SelectorDecision-v0"
 
     def __init__(
         self,
@@ -69,10 +90,13 @@ class DecisionEnv:
         population: Population,
         table,
         inputs: InputConfig,
-        num_envs: int,
+        num_envs: int | None,
     ):
+        if num_envs is not None and (isinstance(num_envs, bool) or int(num_envs) != num_envs or num_envs < 1):
+            raise ValueError(f"num_envs must be a positive int (or None for one unbatched lane), got {num_envs!r}")
         self.arena, self.squad_params, self.population = arena, squad_params, population  # the initial population
-        self.table, self.inputs, self.num_envs = table, inputs, int(num_envs)
+        self.table, self.inputs = table, inputs
+        self.num_envs = None if num_envs is None else int(num_envs)
         members = [jax.tree.map(lambda x, i=i: np.asarray(x[i]), population.params) for i in range(population.size)]
         schedules = {schedule_of(member) for member in members}
         if len(schedules) != 1:
@@ -95,11 +119,6 @@ class DecisionEnv:
         period = jnp.int32(0)
         obs, advice = self._observe(state, history, params, period)
         return DecisionState(state, history, params, member.astype(jnp.int32), period, k_episode, advice), obs
-
-    def reset(self, key: jax.Array) -> tuple[SelectorObs, DecisionEnvState]:
-        keys = jax.random.split(key, self.num_envs)
-        lanes, obs = jax.vmap(self._new_episode, in_axes=(None, 0))(self.population, keys)
-        return obs, DecisionEnvState(lanes, self.population)
 
     def _step_one(self, population: Population, key, ds: DecisionState, action):
         tag = ds.advice.tags[action]
@@ -125,8 +144,103 @@ class DecisionEnv:
             info[f"win/{bot}"], info[f"episodes/{bot}"] = win * is_bot, is_bot
         return next_obs, next_state, result.team_return[0], done, info
 
-    def step(self, key, state: DecisionEnvState, action):
-        keys = jax.random.split(key, self.num_envs)
+    @property
+    def batched(self) -> bool:
+        return self.num_envs is not None
+
+    @property
+    def default_params(self) -> Population:
+        return self.population
+
+    def _lead(self) -> tuple[int, ...]:
+        return (self.num_envs,) if self.batched else ()
+
+    def observation_space(self, params: Population | None = None) -> Tree:
+        """A `SelectorObs` of spaces. The state's entries lie in [-1, sqrt 2]: the bot's approach runs
+        from -1, and a distance over the arena's side reaches its diagonal; candidates lie in [0, 1]."""
+        lead, k = self._lead(), self.inputs.proposals
+        return Tree(
+            SelectorObs(
+                state=Box(-1.0, np.sqrt(2.0), lead + (STATE_SIZE,), jnp.float32),
+                candidates=Box(0.0, 1.0, lead + (k, CANDIDATE_SIZE), jnp.float32),
+                valid=Discrete(2, shape=lead + (k,), dtype=jnp.bool_),
+            )
+        )
+
+    def action_space(self, params: Population | None = None) -> Discrete:
+        """The chosen candidate's index, one per lane."""
+        return Discrete(self.inputs.choosable, shape=self._lead(), dtype=jnp.int32)
+
+    def reset(self, key: jax.Array, params: Population | None = None):
+        """(obs, state) of fresh episodes against opponents drawn from `params` (default: the constructor's)."""
+        check_key(key, "reset's key")
+        population = self.population if params is None else params
+        keys = jax.random.split(key, self.num_envs or 1)
+        if not self.batched:
+            lane, obs = self._new_episode(population, keys[0])
+            return obs, lane
+        lanes, obs = jax.vmap(self._new_episode, in_axes=(None, 0))(population, keys)
+        return obs, DecisionEnvState(lanes, population)
+
+    def step(self, key, state, action, params: Population | None = None):
+        """One decision period of every lane: (obs, state, reward, done, info); ended episodes restart.
+
+        Batched, the population is `params` if given, else the state's own (which
+        the trainer may have refilled); unbatched, `params` or the constructor's.
+        """
+        check_key(key, "step's key")
+        raw, action = action, jnp.asarray(action)
+        if action.shape != self._lead() or not jnp.issubdtype(action.dtype, jnp.integer):
+            raise ValueError(
+                f"action must be integers of shape {self._lead()}, a candidate index per lane, "
+                f"got {action.dtype}{list(action.shape)}"
+            )
+        check_range(raw, self.inputs.choosable, "the chosen candidate's index")
+        keys = jax.random.split(key, self.num_envs or 1)
+        if not self.batched:
+            population = self.population if params is None else params
+            return self._step_one(population, keys[0], state, action)
+        population = state.population if params is None else params
         step_one = jax.vmap(self._step_one, in_axes=(None, 0, 0, 0))
-        obs, lanes, reward, done, info = step_one(state.population, keys, state.lanes, action)
-        return obs, DecisionEnvState(lanes, state.population), reward, done, info
+        obs, lanes, reward, done, info = step_one(population, keys, state.lanes, action)
+        return obs, DecisionEnvState(lanes, population), reward, done, info
+
+
+def make_decision_env(
+    squad=None,
+    *,
+    bot: str | int | None = None,
+    scenario: str = "paper",
+    table="smollm2-135m",
+    inputs: InputConfig | None = None,
+    variants: bool = True,
+    **overrides,
+) -> tuple[DecisionEnv, Population]:
+    """`jaxarena.make("SelectorDecision-v0", squad=...)`: one unbatched `DecisionEnv` and its population.
+
+    `squad` is required: a shipped policy's name (the shipped selectors train
+    with "B-experts") or a run directory (loaded with
+    `jaxarena.algorithms.checkpoint.load_policy`), or a `(policy, params)`
+    pair. `table` is the LLM's `StrategyTable` or its name or path
+    (`jaxarena.llm.strategy_table.load_table`; default the shipped one).
+    The population is the three scripted bots on
+    `jaxarena.make(policy.env_id, scenario=scenario, **overrides)`'s rules,
+    and with `variants` their faster, slower and scenario variants
+    (`selector.population.make_population`; learned-bot slots need a trained
+    bot, so this builder leaves them out). `inputs` defaults to `InputConfig()`.
+    """
+    from jaxarena.registry import make, resolve_squad
+
+    from .population import make_population
+
+    if bot is not None:
+        raise ValueError("SelectorDecision-v0 draws its opponents from a population; pass no bot")
+    policy, squad_params = resolve_squad(squad, "SelectorDecision-v0", example="B-experts")
+    if isinstance(table, (str, os.PathLike)):
+        from jaxarena.llm.strategy_table import load_table
+
+        table = load_table(table)
+    arena, base = make(getattr(policy, "env_id", "Arena-v0"), scenario=scenario, **overrides)
+    population = make_population(base, variants=variants)
+    env = DecisionEnv(arena, policy, squad_params, population, table, inputs or InputConfig(), num_envs=None)
+    return env, population

@@ -21,9 +21,9 @@ from jaxarena.llm.strategy_table import deduce, propose
 from jaxarena.names import NUM_NPCS, NUM_TAGS
 from jaxarena.types import EnvParams
 
-#: Seed 001's N: the LLM proposes three candidates.
+#: The Werewolf agents' N: the LLM proposes three candidates.
 NUM_CANDIDATES = 3
-#: "vanilla" and "iterative" are the issue's two ways to get N = 3 from the LLM; "all-tags" offers
+#: "vanilla" and "iterative" are two ways to get N = 3 from the LLM; "all-tags" offers
 #: the selector every tag, ranked by the LLM's probabilities: what the selector could do if the
 #: LLM's proposals never left the best tag out.
 CANDIDATE_STYLES = ("vanilla", "iterative", "all-tags")
@@ -37,7 +37,7 @@ NO_ASSESSMENT = NUM_OPPONENT_CLASSES
 
 @dataclasses.dataclass(frozen=True)
 class InputConfig:
-    """Which LLM outputs the selector gets (the ablations of seed 001 switch these off).
+    """Which LLM outputs the selector gets (the Werewolf agents' ablations switch these off).
 
     style: how the candidates are proposed ("vanilla": the top three of one
       reply; "iterative": three replies, each asked for a different tactic;

@@ -1,4 +1,5 @@
-"""The RL selector's network, after seed 001's appendix C.1.
+"""The RL selector's network, after appendix C.1 of
+"Language Agents with Reinforcement Learning for Strategic Play in the Werewolf Game".
 
 The state and each candidate are embedded by their own small MLPs; a
 candidate's logit is the scaled dot product of the two embeddings, so the

@@ -1,11 +1,12 @@
-"""The population of opponents the selector trains against, after seed 001.
+"""The population of opponents the selector trains against, after
+"Language Agents with Reinforcement Learning for Strategic Play in the Werewolf Game".
 
 A `Population` is K arenas' `EnvParams` stacked on a leading axis, with a
 sampling weight each; every training episode draws its opponent from it. Its
 members are:
 
 - the three scripted bots (`scripted_members`), which alone are the
-  "scripted-only" ablation, seed 001's self-play analogue;
+  "scripted-only" ablation, the Werewolf agents' self-play analogue;
 - scripted variants (`variant_members`): faster and slower bots, balanced
   bots that switch mode more or less often, and the scenario presets;
 - RL-trained bots (`jaxarena.learned_bot`), in slots reserved up front and

@@ -213,3 +213,52 @@ def test_info_reports_episode_end_with_final_obs():
     assert int(state.t) == 0 and not np.array_equal(info["final_obs"], obs)
     for key in ("damage_dealt", "damage_taken", "alive"):
         chex.assert_shape(info[key], (5,))
+
+
+def test_arena_has_gymnax_and_jaxmarl_names_and_keeps_its_attributes():
+    for env_id, obs_size in (("Arena-v0", 23), ("ArenaFacing-v0", 25), ("ArenaFormation-v0", 28)):
+        env, params = jaxarena.make(env_id)
+        assert env.name == env.env_id == env_id
+        assert env.agents == ["npc_0", "npc_1", "npc_2", "npc_3", "npc_4"] and env.num_agents == 5
+        assert (env.num_actions, env.num_tags, env.obs_size, env.scenario) == (6, 4, obs_size, "paper")
+        obs_space, action_space = env.observation_space(params), env.action_space(params)
+        assert obs_space.shape == (5, obs_size) and obs_space.dtype == jnp.float32
+        assert action_space.shape == (5,) and action_space.n == 6 and action_space.dtype == jnp.int32
+        obs, _ = env.reset(jax.random.key(0), params)
+        assert bool(obs_space.contains(obs))
+
+
+@pytest.mark.parametrize("bad", [0, 7, 1.5, np.int64(3), jnp.zeros((2,), jnp.float32), "seed"])
+def test_a_non_key_key_is_a_type_error_that_says_what_to_pass(bad):
+    env, params = jaxarena.make("Arena-v0")
+    with pytest.raises(TypeError, match=r"reset's key must be a PRNG key.*jax\.random\.key\(seed\)"):
+        env.reset(bad, params)
+    _, state = env.reset(jax.random.key(0), params)
+    with pytest.raises(TypeError, match=r"step's key must be a PRNG key.*jax\.random\.key\(seed\)"):
+        env.step(bad, state, jnp.zeros((5,), jnp.int32), params)
+
+
+def test_a_batch_of_keys_is_refused_with_the_vmap_hint():
+    env, params = jaxarena.make("Arena-v0")
+    for keys in (jax.random.split(jax.random.key(0), 4), jax.random.split(jax.random.PRNGKey(0), 4)):
+        with pytest.raises(ValueError, match="one PRNG key, got a batch of shape \\(4,\\).*vmap"):
+            env.reset(keys, params)
+
+
+@pytest.mark.parametrize("bad", [[0, 0, 99, 0, 0], np.array([0, -1, 0, 0, 0]), jnp.array([6, 0, 0, 0, 7])])
+def test_a_concrete_out_of_range_action_names_the_valid_range(bad):
+    env, params = jaxarena.make("Arena-v0")
+    _, state = env.reset(jax.random.key(0), params)
+    with pytest.raises(ValueError, match=r"action \(Table 4\) must be in 0\.\.5, got"):
+        env.step(jax.random.key(1), state, bad, params)
+    # Traced: not checked (no host round trip in the program), and a no-op as documented.
+    jax.jit(env.step)(jax.random.key(1), state, jnp.asarray(bad, jnp.int32), params)
+
+
+def test_the_jitted_step_has_no_host_check():
+    # A traced action skips the value check and the key check reads only static dtype and shape,
+    # so nothing of either reaches the compiled program: no callback to the host.
+    env, params = jaxarena.make("Arena-v0")
+    _, state = env.reset(jax.random.key(0), params)
+    lowered = jax.jit(env.step).lower(jax.random.key(1), state, jnp.zeros((5,), jnp.int32), params)
+    assert "callback" not in lowered.as_text()

@@ -318,3 +318,43 @@ def test_bot_arena_rejects_bad_input():
     _, state = env.reset(jax.random.key(0))
     with pytest.raises(ValueError, match="action must be int32 of shape"):
         env.step(jax.random.key(0), state, jnp.zeros((3,), jnp.int32))
+
+
+def test_an_unbatched_bot_arena_plays_lane_zero_of_a_batch_of_one():
+    _, params = jaxarena.make("Arena-v0", scenario="brute")
+    batched = BotArena(random_policy, None, params, 1, approach_shaping=1.0)
+    single = BotArena(random_policy, None, params, None, approach_shaping=1.0)
+    assert single.observation_space().shape == (BOT_OBS_SIZE,) and single.action_space().shape == ()
+    assert batched.observation_space().shape == (1, BOT_OBS_SIZE) and batched.action_space().shape == (1,)
+    params = single.default_params
+    obs_b, state_b = batched.reset(jax.random.key(0), params)
+    obs_s, state_s = single.reset(jax.random.key(0), params)
+    lane0 = lambda tree: jax.tree.map(lambda x: x[0], tree)  # noqa: E731
+    chex.assert_trees_all_equal(lane0((obs_b, state_b)), (obs_s, state_s))
+    step_b, step_s = jax.jit(batched.step), jax.jit(single.step)
+    for t in range(30):  # the same draws; floats may differ in the last bit, as the two programs fuse differently
+        action = jnp.int32(t % NUM_BOT_ACTIONS)
+        out_b = step_b(jax.random.key(t), state_b, action[None], params)
+        out_s = step_s(jax.random.key(t), state_s, action, params)
+        chex.assert_trees_all_close(lane0(out_b), out_s, rtol=1e-5, atol=1e-5)
+        state_b, state_s = out_b[1], out_s[1]
+
+
+def test_make_bot_arena_needs_a_squad_and_keeps_the_bot_learned():
+    with pytest.raises(TypeError, match=r"BotArena-v0 needs the frozen squad.*squad="):
+        jaxarena.make("BotArena-v0")
+    with pytest.raises(ValueError, match="bot is the learner"):
+        jaxarena.make("BotArena-v0", squad=(stand_and_strike, None), bot="aggressive")
+    with pytest.raises(ValueError, match="unknown scenario"):
+        jaxarena.make("BotArena-v0", squad=(stand_and_strike, None), scenario="nowhere")
+    env, params = jaxarena.make("BotArena-v0", squad=(stand_and_strike, None), scenario="raid", npc_speed=3.0)
+    assert isinstance(env, BotArena) and not env.batched and env.name == "BotArena-v0"
+    assert int(params.bot_type) == BOT_LEARNED and params.bot_weights is None
+    assert float(params.episode_s) == 48.0 and float(params.npc_speed) == 3.0
+    # A shipped squad by name reads its own arena variant.
+    env, params = jaxarena.make("BotArena-v0", squad="B-paper")
+    assert env.arena.env_id == env.squad_policy.env_id
+    obs, state = env.reset(jax.random.key(0), params)
+    chex.assert_shape(obs, (BOT_OBS_SIZE,))
+    with pytest.raises(ValueError, match=r"the bot's action must be in 0\.\.8, got 9"):
+        env.step(jax.random.key(1), state, 9, params)

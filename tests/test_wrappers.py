@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import jaxarena
-from jaxarena.wrappers import LogWrapper
+from jaxarena.wrappers import GymnaxWrapper, LogWrapper
 
 
 def test_log_wrapper_reports_finished_episodes():
@@ -25,6 +25,36 @@ def test_log_wrapper_reports_finished_episodes():
     assert int(info["returned_episode_lengths"]) == 30 and float(info["returned_episode_seconds"]) == 3.0
     np.testing.assert_allclose(info["returned_episode_returns"], total, rtol=1e-5)
     assert int(state.episode_length) == 0 and np.all(np.asarray(state.episode_returns) == 0)
+
+
+def test_log_wrapper_timestep_counts_the_steps_of_each_episode():
+    env, params = jaxarena.make("Arena-v0", bot="evasive", episode_s=0.5)  # 5 ticks
+    env = LogWrapper(env)
+    _, state = env.reset(jax.random.key(0), params)
+    step = jax.jit(env.step)
+    seen = []
+    for t in range(12):
+        _, state, _, done, info = step(jax.random.key(t), state, jnp.full((5,), 4, jnp.int32), params)
+        chex.assert_type(info["timestep"], jnp.int32)
+        seen.append((int(info["timestep"]), bool(done)))
+    assert [s for s, _ in seen] == [1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2]
+    assert [d for _, d in seen] == [s == 5 for s, _ in seen]
+    assert int(info["returned_episode_lengths"]) == 5
+
+
+def test_wrappers_pass_attributes_through_to_the_env():
+    env, params = jaxarena.make("ArenaFacing-v0", scenario="raid")
+    wrapped = GymnaxWrapper(LogWrapper(env))  # however deep
+    assert wrapped.obs_size == 25 and wrapped.env_id == wrapped.name == "ArenaFacing-v0"
+    assert wrapped.agents == env.agents and wrapped.num_agents == 5 and wrapped.num_actions == 6
+    assert wrapped.scenario == "raid" and wrapped.default_params is env.default_params
+    assert wrapped.observation_space(params).shape == (5, 25) and wrapped.action_space(params).shape == (5,)
+    with pytest.raises(AttributeError, match="no_such_thing"):
+        _ = wrapped.no_such_thing
+    view = jaxarena.make_jaxmarl("ArenaFacing-v0")
+    assert view.env_id == "ArenaFacing-v0" and view.scenario == "paper" and view.num_tags == 4
+    # The view's own JaxMARL methods win over the arena's gymnax ones.
+    assert view.observation_space("npc_0").shape == (25,)
 
 
 @pytest.mark.parametrize(("env_id", "obs_size"), [("Arena-v0", 23), ("ArenaFacing-v0", 25)])
@@ -119,3 +149,11 @@ def test_jaxmarl_view_per_agent_dones_and_world_state():
     obs, state, rewards, dones, infos = env.step(jax.random.key(1), state, actions)
     assert bool(dones["npc_2"]) and not bool(dones["npc_0"]) and not bool(dones["__all__"])
     assert all(v.shape == (5,) for v in infos.values())
+
+
+def test_make_jaxmarl_serves_the_arena_variants_only():
+    assert set(jaxarena.ARENA_IDS) < set(jaxarena.REGISTERED_IDS)
+    for env_id in jaxarena.ARENA_IDS:
+        assert jaxarena.make_jaxmarl(env_id).name == f"jaxarena.{env_id}"
+    with pytest.raises(ValueError, match="make_jaxmarl serves the arena variants"):
+        jaxarena.make_jaxmarl("BotArena-v0")

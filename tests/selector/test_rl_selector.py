@@ -214,3 +214,36 @@ def test_tag_source_choosers(table, arena):
         selector_tag_source(table, inputs, "oracle")
     with pytest.raises(ValueError, match="network"):
         selector_tag_source(table, inputs, "selector")
+
+
+def test_an_unbatched_decision_env_plays_lane_zero_of_a_batch_of_one(table):
+    from jaxarena.policies import chase_and_orb_policy
+
+    env, params = jaxarena.make("Arena-v0", decision_period_s=1.0, episode_s=4.0)
+    population = make_population(params, variants=False)
+    batched = DecisionEnv(env, chase_and_orb_policy, None, population, table, InputConfig(), num_envs=1)
+    single = DecisionEnv(env, chase_and_orb_policy, None, population, table, InputConfig(), num_envs=None)
+    assert single.action_space().shape == () and batched.action_space().shape == (1,)
+    assert single.observation_space().shape == SelectorObs((STATE_SIZE,), (NUM_CANDIDATES, CANDIDATE_SIZE), (3,))
+    lane0 = lambda tree: jax.tree.map(lambda x: x[0], tree)  # noqa: E731
+    obs_b, state_b = batched.reset(jax.random.PRNGKey(1))
+    obs_s, state_s = single.reset(jax.random.PRNGKey(1), population)
+    chex.assert_trees_all_close(lane0(obs_b), obs_s, atol=1e-6)
+    step_b, step_s = jax.jit(batched.step), jax.jit(single.step)
+    for t in range(8):
+        action = jnp.int32(t % 3)
+        key = jax.random.PRNGKey(10 + t)
+        out_b = step_b(key, state_b, action[None])
+        out_s = step_s(key, state_s, action, population)
+        state_b, state_s = out_b[1], out_s[1]
+        chex.assert_trees_all_close(lane0(out_b[:1] + out_b[2:]), out_s[:1] + out_s[2:], atol=1e-5)
+        assert int(state_b.lanes.member[0]) == int(state_s.member)
+
+
+def test_make_decision_env_needs_a_squad():
+    with pytest.raises(TypeError, match=r"SelectorDecision-v0 needs the frozen squad.*'B-experts'"):
+        jaxarena.make("SelectorDecision-v0")
+    with pytest.raises(ValueError, match="pass no bot"):
+        jaxarena.make("SelectorDecision-v0", squad=(None, None), bot="evasive")
+    with pytest.raises(FileNotFoundError, match="no strategy table"):
+        jaxarena.make("SelectorDecision-v0", squad=(lambda p, o, k: o[..., 0], None), table="no-such-table")
