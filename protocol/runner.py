@@ -529,13 +529,13 @@ class ProtocolRunner:
         if combination == "B" and selector is None:
             # The LLM ran inside the rollout: its time is part of `simulation_s`.
             graph = self.graph_source()
-            cell["decisions"] = graph.decision_records(result, {"combination": combination, "bot": bot})
-            cell["llm"] = graph.counters(result)
+            cell["decisions"] = graph.records.decision_records(result, {"combination": combination, "bot": bot})
+            cell["llm"] = graph.records.counters(result)
             cell["timing"]["llm_path"] = "graph"
             if self.cache_path is not None:  # so that a later host-path run is warm
                 from jaxarena.llm.cache import PromptCache
 
-                PromptCache(self.cache_path).put_many(graph.cache_entries(result))
+                PromptCache(self.cache_path).put_many(graph.records.cache_entries(result))
         if selector is not None:
             delta = _stats_delta(selector.stats.as_dict(), before)
             # `call` counts the selector's calls over the whole session; make it count from
