@@ -3,6 +3,10 @@
 Everything is computed from the cells (`protocol.runner`) with
 `protocol.stats`; `write_outputs` writes every file of a run atomically,
 with the text from `protocol.tables` and the figures from `protocol.figures`.
+The paper's frame (Tables 6-9: A and B, their Mann-Whitney test, B's tags)
+is in every summary; the combinations add their own sections
+(`protocol.combinations.sections`: the oracle's headroom, the white-box
+squads, the RL selector, ...), each computed here by its `summarize`.
 """
 
 from __future__ import annotations
@@ -22,9 +26,9 @@ from jaxarena.files import write_atomic
 from jaxarena.names import DECISION_PERIOD_S, DT, FALLBACK_REASONS, NPC_WIN, NUM_TAGS, TAG_NAMES
 
 from . import stats
+from .combination import Results
 from .config import ProtocolConfig, episode_sets
 from .figures import make_figures
-from .selector_summary import selector_summary
 from .tables import PAPER_TABLE6, PAPER_TABLE7, PAPER_TABLE8, PAPER_TABLE9, render_report
 
 EPISODE_COLUMNS = (
@@ -214,15 +218,16 @@ def summarize(cells: dict[str, dict], config: ProtocolConfig, meta: dict) -> dic
         "fallbacks": fallbacks,
         "llm_counters": llm_counters,
         "timings": timings,
-        **({"oracle": oracle_summary(by, descriptive, config)} if uses_oracle(config) else {}),
-        **({"whitebox": whitebox_summary(by, descriptive, config)} if "W" in config.combinations else {}),
-        **(
-            {"selector": selector_summary(by, descriptive, config, meta.get("selectors"))}
-            if "C" in config.combinations
-            else {}
-        ),
+        **sections(Results(dict(by), descriptive, config, meta)),
         "paper": {"table6": PAPER_TABLE6, "table7": PAPER_TABLE7, "table8": PAPER_TABLE8, "table9": PAPER_TABLE9},
     }
+
+
+def sections(results: Results) -> dict:
+    """The combinations' sections that apply to the run, by their summary.json key, in rank order."""
+    from .combinations import sections as all_sections
+
+    return {s.key: s.summarize(results) for s in all_sections(results.config)}
 
 
 def uses_oracle(config: ProtocolConfig) -> bool:

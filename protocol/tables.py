@@ -1,7 +1,9 @@
 """The report's text: the paper's Tables 6-9 (its numbers) and ours beside them, as markdown.
 
 `render_report(summary)` turns a run's summary (`summary.summarize`) into
-`report.md`; nothing here computes a statistic. Tag names, fallback causes,
+`report.md`, with the combinations' sections where the summary has them (the
+headroom and white-box tables are here; `protocol.combinations.sections`);
+nothing here computes a statistic. Tag names, fallback causes,
 bot names and the episode length come from `jaxarena.names`.
 """
 
@@ -197,7 +199,7 @@ def _rate(entry: dict | None) -> str:
     return f"{entry['win_pct']:.1f}% ({lo:.1f}–{hi:.1f})"
 
 
-def _oracle_table(oracle: dict) -> list[str]:
+def oracle_table(oracle: dict) -> list[str]:
     """Per bot: A, B, the best fixed tag and O (squad win % with 95% CI), O's headroom over the best
     fixed tag, and the LLM's regret and agreement with the oracle; then each fixed tag's win %."""
     k = oracle["rollouts"]
@@ -261,7 +263,7 @@ def _oracle_table(oracle: dict) -> list[str]:
     return lines
 
 
-def _whitebox_table(whitebox: dict) -> list[str]:
+def whitebox_table(whitebox: dict) -> list[str]:
     """Per bot: A, then each white-box squad (W) with its win % (95% CI), outcome shares and
     time-to-defeat, and its difference from A on the same paired episodes."""
     squads = ", ".join(f"`{s['source']}` ({s['lines']} lines)" for s in whitebox["squads"].values())
@@ -344,14 +346,11 @@ def render_report(summary: dict, figures: Sequence[str] = ()) -> str:
         lines += _mann_whitney_table(summary["mann_whitney"])
     if summary["tags"]["overall"]["total"] or "B" in d:
         lines += _tag_tables(summary["tags"], summary["fallbacks"])
-    if summary.get("oracle"):
-        lines += _oracle_table(summary["oracle"])
-    if summary.get("whitebox"):
-        lines += _whitebox_table(summary["whitebox"])
-    if summary.get("selector"):
-        from .selector_tables import selector_tables  # imported here: it takes format_p from this module
+    from .combinations import sections  # imported here: the sections' renderers come from this module
 
-        lines += selector_tables(summary["selector"])
+    for section in sections():
+        if summary.get(section.key) and section.render is not None:
+            lines += section.render(summary[section.key])
     if figures:
         lines += ["## Figures", ""] + [f"![{Path(f).stem}]({Path(f).name})" for f in figures] + [""]
     tm = summary["timings"]
