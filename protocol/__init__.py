@@ -12,8 +12,7 @@ Installed as `jaxarena.protocol`. It sits above `jaxarena.algorithms` and
 - `pricing`: `DecisionPricer`, the oracle's verdict on every decision of a cell (regret, agreement).
 - `stats`: Tables 6-9 statistics (numpy/scipy only).
 - `summary`: `summarize`, episodes.csv and decisions.jsonl rows, versions; `write_outputs` writes them all.
-- `tables`: report.md (the paper's Tables 6-9 beside ours); `figures`: Figs. 5-9 (matplotlib);
-  `console`: the sections' lines after a run.
+- `tables`: report.md (the paper's Tables 6-9 beside ours); `figures`: Figs. 5-9 (matplotlib).
 - `selector_cells`: Combination C (the RL selector) and its ablations: what each label plays, its
   fingerprint and decision records; `selector_summary`, `selector_tables`, `selector_figures`: C's
   numbers, report section and figures.

@@ -34,7 +34,6 @@ from jaxarena.scenarios import DEFAULT_SCENARIO, SCENARIOS
 
 from . import combinations
 from .config import C_ABLATIONS, DEFAULT_COMBINATIONS, DEFAULT_ORACLE_ROLLOUTS, LLM_PATHS, ProtocolConfig
-from .console import print_oracle, print_selector, print_whitebox  # noqa: F401 - where callers find them
 from .policies import policy_env_id
 from .runner import ProtocolRunner
 

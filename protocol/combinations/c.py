@@ -12,13 +12,12 @@ from __future__ import annotations
 
 from ..combination import Combination, Played, ReportSection
 from ..config import C_ABLATIONS
-from ..console import print_selector
 from ..playing import arena, compile_rollout, episodes, period_s, timed_call
 from ..pricing import price_cell
 from ..selector_cells import SelectorCells, records
 from ..selector_figures import selector_figures
 from ..selector_summary import selector_summary
-from ..selector_tables import selector_tables
+from ..selector_tables import print_selector, selector_tables
 
 
 def selector_cells(context) -> SelectorCells:

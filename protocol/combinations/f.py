@@ -3,7 +3,7 @@
 One cell per bot holds the four held tags' episode sets ("F0".."F3"), all on
 the cell's paired key; one program plays them all, the held tag being its
 argument (`hold_tags` keeps the initial tag). The best of them is the
-baseline of the oracle's headroom (`summary.oracle_summary`).
+baseline of the oracle's headroom (`o.HEADROOM`).
 """
 
 from __future__ import annotations
