@@ -57,6 +57,11 @@ class Results:
     meta: dict
 
 
+def win_entry(row: dict) -> dict:
+    """A descriptive row's squad win % with its 95% CI and n (the sections' "win" entries)."""
+    return {"win_pct": row["npc_win_pct"], "ci95": list(row["ci95"]["npc_win"]), "n": row["n"]}
+
+
 @dataclasses.dataclass(frozen=True)
 class ReportSection:
     """One part of a run's outputs: an entry of summary.json, its report.md text, figures and console lines.

@@ -228,11 +228,6 @@ def sections(results: Results) -> dict:
     return {s.key: s.summarize(results) for s in all_sections(results.config)}
 
 
-def win_entry(row: dict) -> dict:
-    """A descriptive row's squad win % with its 95% CI and n (the sections' "win" entries)."""
-    return {"win_pct": row["npc_win_pct"], "ci95": list(row["ci95"]["npc_win"]), "n": row["n"]}
-
-
 def write_outputs(
     run_dir: str | Path, cells: dict[str, dict], config: ProtocolConfig, meta: dict, figures: bool = True
 ) -> dict:

@@ -16,7 +16,6 @@ from ..playing import arena, compile_rollout, episodes, period_s, timed_call
 from ..pricing import price_cell
 from ..selector_cells import SelectorCells, records
 from ..selector_figures import selector_figures
-from ..selector_summary import selector_summary
 from ..selector_tables import print_selector, selector_tables
 
 
@@ -65,12 +64,18 @@ def _meta(context, config) -> dict:
     return {"selectors": {label: selector_cells(context).identity(label) for label in labels}} if labels else {}
 
 
+def _summarize(results) -> dict:
+    from ..selector_summary import selector_summary  # jax and scipy: loaded when a summary is made
+
+    return selector_summary(results.by, results.descriptive, results.config, results.meta.get("selectors"))
+
+
 #: C and its ablations against B: outcomes, tags and their bias, deduction, regret.
 SELECTOR = ReportSection(
     key="selector",
     rank=30,
     applies=lambda config: "C" in config.combinations,
-    summarize=lambda r: selector_summary(r.by, r.descriptive, r.config, r.meta.get("selectors")),
+    summarize=_summarize,
     render=selector_tables,
     figures=selector_figures,
     console=print_selector,

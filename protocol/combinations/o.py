@@ -13,10 +13,8 @@ import numpy as np
 
 from jaxarena.names import BOT_TYPES, NPC_WIN, NUM_TAGS, TAG_NAMES
 
-from .. import stats
-from ..combination import Combination, Played, ReportSection
+from ..combination import Combination, Played, ReportSection, win_entry
 from ..playing import arena, compile_rollout, episodes, timed_call
-from ..summary import win_entry
 from ..tables import md_row, win_with_ci
 
 
@@ -84,6 +82,8 @@ def uses_oracle(config) -> bool:
 def oracle_summary(by: dict, descriptive: dict, config) -> dict:
     """Per bot: A, B, the best fixed tag and O (squad win % with its CI), O's headroom over the
     best fixed tag, and the LLM's regret and agreement with the oracle, where the run has them."""
+    from .. import stats  # scipy: loaded when a summary is made, not when the registry is read
+
     seed, n_boot = config.seed, config.n_boot
     by_bot = {}
     for bot in config.bots:

@@ -12,7 +12,6 @@ import numpy as np
 
 from jaxarena.names import NPC_WIN, TAG_NAMES
 
-from .. import stats
 from ..combination import Combination, Played, ReportSection, Results
 from ..playing import arena, compile_rollout, episodes, period_s, timed_call
 
@@ -36,6 +35,8 @@ def _play(context, label: str, bot: str, key, progress) -> Played:
 
 def _summarize(results: Results) -> dict:
     """Per bot: R's squad win % (95% CI) and, with B in the run, R minus B on the same episodes."""
+    from .. import stats  # scipy: loaded when a summary is made, not when the registry is read
+
     c = results.config
     by_bot = {}
     for bot in c.bots:

@@ -12,11 +12,9 @@ import numpy as np
 
 from jaxarena.names import BOT_TYPES, NPC_WIN
 
-from .. import stats
-from ..combination import Combination, Played, ReportSection
+from ..combination import Combination, Played, ReportSection, win_entry
 from ..playing import arena, compile_rollout, episodes, timed_call
 from ..policies import DEFAULT_ENV_ID
-from ..summary import win_entry
 from ..tables import format_p, md_row, win_with_ci
 
 
@@ -73,6 +71,8 @@ def whitebox_summary(by: dict, descriptive: dict, config) -> dict:
     episodes: the win-rate difference with a paired bootstrap CI, and Table 8's Mann-Whitney
     test of time-to-defeat (A's durations first, so U is A's statistic)."""
     from jaxarena.coder.language import BASELINES
+
+    from .. import stats  # scipy: loaded when a summary is made, not when the registry is read
 
     by_bot = {}
     for bot in config.bots:
