@@ -5,7 +5,7 @@
 
 The tag-following `--policy` (default B-paper, the squad the docs measured) plays the
 three scripted bots while the tag is random each period (`--tags random`) or one random
-tag held for the episode (`--tags hold`). At every decision a `CarryTagSource` pushes the batch's
+tag held for the episode (`--tags hold`). At every decision a `TagSource` (with a carry) pushes the batch's
 `DecisionHistory` (the tag state it carries) and records the history and
 the truth (`history.opponent_class`). Then, per bot, on held-out episodes:
 
@@ -54,14 +54,15 @@ from jaxarena.llm.deduction import deduction_cell
 from jaxarena.llm.logistic import fit_logistic, majority_class, predict
 from jaxarena.llm.strategy_table import load_table
 from jaxarena.names import BOT_TYPES, NUM_TAGS
-from jaxarena.runner import CarryTagSource, make_runner
+from jaxarena.runner import make_runner
+from jaxarena.tag_sources import TagSource
 
 #: An opponent class's style: aggressive, evasive, balanced (either mode).
 STYLE_OF_CLASS = np.array([0, 1, 2, 2])
 METHODS = ("llm", "llm_calibrated", "logreg", "logreg_all", "majority")
 
 
-def history_source(tags: str) -> CarryTagSource:
+def history_source(tags: str) -> TagSource:
     """Carries the batch's `DecisionHistory`; aux is each decision's history and truth."""
 
     def init(n):
@@ -72,13 +73,13 @@ def history_source(tags: str) -> CarryTagSource:
             centroid=jnp.zeros((n, 2), jnp.float32),
         )
 
-    def fn(history, state, params, features, prev_tags, done, time_s, key):
+    def step(history, features, prev_tags, done, time_s, key, state=None, params=None):
         history = jax.vmap(push, in_axes=(0, 0, None))(history, state, params)
         truth = jax.vmap(opponent_class, in_axes=(0, None))(state, params)
         chosen = jax.random.randint(key, prev_tags.shape, 0, NUM_TAGS) if tags == "random" else prev_tags
         return chosen, {"points": history.points, "valid": history.valid, "truth": truth}, history
 
-    return CarryTagSource(init=init, fn=fn, reads_state=True)
+    return TagSource(step, init, reads_state=True)
 
 
 def collect(run, policy_params, params, n: int, seed: int) -> dict[str, np.ndarray]:

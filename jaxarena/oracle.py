@@ -35,7 +35,8 @@ from flax import struct
 
 from .env import Arena
 from .names import NPC_WIN, NUM_TAGS
-from .runner import Start, StateTagSource, hold_tags, make_runner
+from .runner import Start, hold_tags, make_runner
+from .tag_sources import TagSource
 from .types import EnvParams, EnvState
 
 
@@ -189,7 +190,7 @@ def oracle_tag_source(
     *,
     rollouts: int = 16,
     horizon_periods: int | None = None,
-) -> StateTagSource:
+) -> TagSource:
     """Combination O: at every boundary, each episode takes argmax Q over `rollouts` playouts per tag.
 
     A tag source for `make_runner(..., tag_source=...)` with `num_episodes`
@@ -201,4 +202,4 @@ def oracle_tag_source(
     def choose(state, params, features, prev_tags, done, time_s, key):
         return price(policy_params, params, state, key).best
 
-    return StateTagSource(choose)
+    return TagSource.of_state(choose)

@@ -204,9 +204,9 @@ def true_mode_tags():
     A probe's oracle, not a player: the observation does not show the mode.
     Plug it into `jaxarena.runner.make_runner` with `tag_switch_policy`.
     """
-    from .runner import StateTagSource
+    from .tag_sources import TagSource
 
-    return StateTagSource(lambda state, params, features, prev_tags, done, time_s, key: state.bot_mode)
+    return TagSource.of_state(lambda state, params, features, prev_tags, done, time_s, key: state.bot_mode)
 
 
 #: The scripted squads by name, as the protocol's "scripted:NAME" policy specs use them.

@@ -6,13 +6,13 @@ this runner with a *policy* and a *tag source* plugged in:
 
 - policy: `policy(params, obs (5, obs_size), key) -> actions (5,)` for one
   arena (see `jaxarena.policies`); the runner vmaps it over episodes.
-- tag source: a jittable `fn(features (N, 5), prev_tags (N,), done (N,),
-  time_s (), key) -> tags (N,)`, asked once per decision period (5 s) for the
-  whole batch. An int is the fixed tag. `features` are `llm_features`, the
-  Table 10 state. A source may also return `(tags, aux)`, aux any pytree of
-  arrays (e.g. the LLM's per-tag probabilities); the runner stacks it per
-  period into `RolloutResult.decision_aux`. A `CarryTagSource` also carries
-  a state of its own from period to period (e.g. a cache of answers).
+- tag source: a `jaxarena.tag_sources.TagSource`, asked once per decision
+  period (5 s) for the whole batch: `step(carry, features, prev_tags, done,
+  time_s, key[, state, params]) -> (tags, aux, carry)`. An int is the fixed
+  tag, and a plain jittable `fn(features (N, 5), prev_tags (N,), done (N,),
+  time_s (), key) -> tags` (or `(tags, aux)`) is a source without a carry.
+  `features` are `llm_features`, the Table 10 state; aux (e.g. the LLM's
+  per-tag probabilities) is stacked per period into `RolloutResult.decision_aux`.
 
 Shape: an outer `lax.scan` over decision periods, an inner one over the
 period's ticks (50 at dt = 0.1 s), arenas vmapped. A tag is set in one place
@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any, NamedTuple
 
 import jax
@@ -46,36 +47,17 @@ from flax import struct
 from .env import Arena, checked_actions, outcome_of
 from .names import LLM_FEATURES, NUM_TAGS
 from .observe import llm_features
+from .tag_sources import (  # noqa: F401 - the tag sources' names, where code has always found them
+    CarryTagSource,
+    StateTagSource,
+    TagFn,
+    TagSource,
+    as_tag_source,
+    fixed_tags,
+    hold_tags,
+    schedule_tags,
+)
 from .types import EnvParams, EnvState, ticks
-
-#: fn(features (N, 5) f32, prev_tags (N,) i32, done (N,) bool, time_s () f32, key) -> tags (N,) i32
-#: (or -> (tags, aux pytree); see the module docstring)
-TagFn = Callable[[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array], jax.Array]
-
-
-def fixed_tags(tag: int) -> TagFn:
-    """A tag source that always answers `tag` (Combination A uses 0)."""
-
-    def tag_fn(features, prev_tags, done, time_s, key):
-        return jnp.full_like(prev_tags, tag)
-
-    return tag_fn
-
-
-def hold_tags(features, prev_tags, done, time_s, key) -> jax.Array:
-    """A tag source that keeps each episode's tag: the initial tag, possibly traced, for the whole episode."""
-    return prev_tags
-
-
-def schedule_tags(schedule: Sequence[int], period_s: float = 5.0) -> TagFn:
-    """A tag source that cycles through `schedule`, one entry per decision period."""
-    table = jnp.asarray(schedule, jnp.int32)
-
-    def tag_fn(features, prev_tags, done, time_s, key):
-        index = jnp.round(time_s / period_s).astype(jnp.int32) % table.shape[0]
-        return jnp.full_like(prev_tags, table[index])
-
-    return tag_fn
 
 
 class Start(NamedTuple):
@@ -83,42 +65,6 @@ class Start(NamedTuple):
 
     state: EnvState
     period: jax.Array
-
-
-@dataclasses.dataclass(frozen=True)
-class StateTagSource:
-    """A tag source that reads the whole batch's `EnvState`, not just the Table 10 features.
-
-    `fn(state, env_params, features, prev_tags, done, time_s, key) -> tags`. Only a
-    planner that simulates the arena needs this (the oracle's Combination O); an
-    LLM or a learned selector sees `features`, as a player would.
-    """
-
-    fn: Callable[..., jax.Array]
-
-    def __call__(self, state, params, features, prev_tags, done, time_s, key) -> jax.Array:
-        return self.fn(state, params, features, prev_tags, done, time_s, key)
-
-
-@dataclasses.dataclass(frozen=True)
-class CarryTagSource:
-    """A tag source with its own state carried from one decision period to the next.
-
-    `init(num_episodes) -> tag_state` once per run (or `run(..., tag_state=...)`
-    passes it in, so large arrays such as model weights are arguments of the
-    compiled program, not constants baked into it), then each period
-    `fn(tag_state, features, prev_tags, done, time_s, key) -> (tags, aux, tag_state)`
-    (aux as for any source, None for none). The in-graph LLM keeps its answers
-    this way, so a prompt met again in a later period is not recomputed.
-
-    With `reads_state`, `fn(tag_state, state, env_params, features, ...)` also
-    gets the batch's `EnvState`, for a source that reads what a player sees
-    beyond Table 10 (the RL selector's decision history: where the bot went).
-    """
-
-    init: Callable[[int], Any]
-    fn: Callable[..., tuple]
-    reads_state: bool = False
 
 
 class Tick(NamedTuple):
@@ -215,18 +161,6 @@ def has_ended(state: EnvState, params: EnvParams) -> jax.Array:
     return (state.bot_hp <= 0.0) | jnp.all(state.npc_hp <= 0.0) | (state.t >= ticks(params.episode_s, params.dt))
 
 
-def as_tag_fn(source: TagFn | int) -> TagFn:
-    """A jittable `TagFn` from an int (the fixed tag) or a `TagFn`."""
-    if isinstance(source, (int, np.integer)) and not isinstance(source, bool):
-        return fixed_tags(int(source))
-    if isinstance(source, CarryTagSource) or callable(source):
-        return source
-    raise TypeError(
-        f"unsupported tag source {source!r}: use an int or a jittable fn(features, prev_tags, done, "
-        "time_s, key) -> tags"
-    )
-
-
 def schedule_of(env_params: EnvParams) -> tuple[int, int, float]:
     """(ticks per decision period, periods in a full episode, period in s), from concrete params."""
     dt = float(np.asarray(env_params.dt))
@@ -242,7 +176,7 @@ def make_runner(
     env: Arena,
     env_params: EnvParams,
     policy: Callable,
-    tag_source: TagFn | int = 0,
+    tag_source: TagSource | TagFn | int = 0,
     num_episodes: int = 100,
     *,
     latency_steps: int = 0,
@@ -260,6 +194,7 @@ def make_runner(
     decision; with `hold_tags` as the source it is the tag of the whole episode.
 
     Args:
+      tag_source: a `TagSource`, an int or a plain tag function (`as_tag_source`).
       latency_steps: a tag chosen at a period's start takes effect only after
         this many ticks (it models an LLM reply arriving while the game goes
         on); must be smaller than the ticks in a period.
@@ -268,28 +203,48 @@ def make_runner(
       record_states: also return the `EnvState` each decision was made in
         (`RolloutResult.decision_states`), e.g. for the oracle to price.
 
-    `run(..., tag_state=...)` gives a `CarryTagSource` its initial state (else
+    `run(..., tag_state=...)` gives the tag source its initial carry (else
     its `init`), e.g. the in-graph LLM's weights as a program argument.
     `run(..., start=Start(state, period))` continues N given states (each at
     the start of decision period `period`) instead of resetting; the oracle
-    branches decision states this way. A tag source may read the full state
-    (see `StateTagSource`), which is how a planner such as the oracle's
-    Combination O plugs in.
+    branches decision states this way. A tag source that declares
+    `reads_state` sees the full state, which is how a planner such as the
+    oracle's Combination O plugs in.
     """
     steps_per_period, full_periods, period_s = schedule_of(env_params)
     periods = full_periods if num_periods is None else int(num_periods)
     if not 0 <= latency_steps < steps_per_period:
         raise ValueError(f"latency_steps must be in [0, {steps_per_period}), got {latency_steps}")
-    tag_fn = as_tag_fn(tag_source)
-    accumulators = dict(accumulators or {})
-    n = num_episodes
-    # Actions are checked as `env.step` checks them (shape (5,), integers), with its error messages.
-    batched_policy = jax.vmap(lambda p, o, k: checked_actions(policy(p, o, k)), in_axes=(None, 0, 0))
-    batched_step = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))
-    batched_retag = jax.vmap(env.retag, in_axes=(0, 0, 0, None))
-    batched_observe = jax.vmap(env.observe, in_axes=(0, None))
+    rollout = _Rollout(
+        env,
+        policy,
+        as_tag_source(tag_source),
+        num_episodes,
+        (steps_per_period, periods, period_s),
+        latency_steps,
+        dict(accumulators or {}),
+        trace,
+        record_states,
+    )
+    return jax.jit(rollout.run)
 
-    def run(policy_params, params, key, initial_tag=0, start: Start | None = None, tag_state=None) -> RolloutResult:
+
+class _Rollout:
+    """The pieces of one `make_runner` program, fixed when it is built; `run` is what gets jitted."""
+
+    def __init__(self, env, policy, source, n, schedule, latency_steps, accumulators, trace, record_states):
+        self.env, self.source, self.n = env, source, n
+        self.steps_per_period, self.periods, self.period_s = schedule
+        self.latency_steps, self.accumulators, self.trace = latency_steps, accumulators, trace
+        self.record_states = record_states
+        # Actions are checked as `env.step` checks them (shape (5,), integers), with its error messages.
+        self.batched_policy = jax.vmap(lambda p, o, k: checked_actions(policy(p, o, k)), in_axes=(None, 0, 0))
+        self.batched_step = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))
+        self.batched_retag = jax.vmap(env.retag, in_axes=(0, 0, 0, None))
+        self.batched_observe = jax.vmap(env.observe, in_axes=(0, None))
+
+    def run(self, policy_params, params, key, initial_tag=0, start: Start | None = None, tag_state=None):
+        n, env = self.n, self.env
         episode_keys = jax.random.split(key, n)
         # Its own stream: fold_in(key, p) would equal episode p's key.
         tag_key = jax.random.fold_in(key, 0x7FFFFFFF)
@@ -299,9 +254,10 @@ def make_runner(
             first_period = jnp.int32(0)
         else:
             state = start.state
-            obs = batched_observe(state, params)
+            obs = self.batched_observe(state, params)
             first_period = jnp.asarray(start.period, jnp.int32)
-        obs, state = batched_retag(obs, state, jnp.broadcast_to(jnp.asarray(initial_tag, jnp.int32), (n,)), params)
+        initial = jnp.broadcast_to(jnp.asarray(initial_tag, jnp.int32), (n,))
+        obs, state = self.batched_retag(obs, state, initial, params)
         zeros = jnp.zeros((n,), jnp.float32)
         # A started state may already be over (an ended lane of a recorded batch): it stays as it is.
         ended = jax.vmap(has_ended, in_axes=(0, None))(state, params)
@@ -315,91 +271,15 @@ def make_runner(
             "damage_dealt": zeros,
             "damage_taken": zeros,
             "tag_steps": jnp.zeros((n, NUM_TAGS), jnp.int32),
-            "extras": {name: acc.init(n) for name, acc in accumulators.items()},
+            "extras": {name: acc.init(n) for name, acc in self.accumulators.items()},
         }
-
-        def _env_step(carry, step_index):
-            """One tick for every episode; folds the results of episodes still running."""
-            obs, state = carry["obs"], carry["state"]
-            keys = jax.vmap(lambda k: jax.random.split(jax.random.fold_in(k, step_index + 1)))(episode_keys)
-            actions = batched_policy(policy_params, obs, keys[:, 0])
-            stepped, reward, terminated, truncated, info = batched_step(keys[:, 1], state, actions, params)
-            done = terminated | truncated
-            running = ~carry["finished"]
-            ended_now = running & done
-            # An ended episode stays as it ended (its lane idles until the batch is done).
-            next_state = jax.tree.map(
-                lambda new, old: jnp.where(running.reshape((-1,) + (1,) * (new.ndim - 1)), new, old), stepped, state
-            )
-            episode_time = next_state.t.astype(jnp.float32) * params.dt
-            tick = Tick(obs, state, actions, next_state, reward, done, info, running)
-            out = {
-                "obs": batched_observe(next_state, params),
-                "state": next_state,
-                "finished": carry["finished"] | done,
-                "outcome": jnp.where(ended_now, jax.vmap(outcome_of)(next_state), carry["outcome"]),
-                "duration_s": jnp.where(ended_now, episode_time, jnp.where(running, episode_time, carry["duration_s"])),
-                "team_return": carry["team_return"] + jnp.where(running, reward.mean(axis=-1), 0.0),
-                "damage_dealt": carry["damage_dealt"] + jnp.where(running, info["damage_dealt"].sum(-1), 0.0),
-                "damage_taken": carry["damage_taken"] + jnp.where(running, info["damage_taken"].sum(-1), 0.0),
-                "tag_steps": carry["tag_steps"]
-                + jax.nn.one_hot(state.tag, NUM_TAGS, dtype=jnp.int32) * running[:, None],
-                "extras": {name: acc.update(carry["extras"][name], tick) for name, acc in accumulators.items()},
-            }
-            return out, (trace(tick) if trace is not None else None)
-
-        def _decision_period(carry_and_tag_state, period):
-            """Asks the tag source once for the batch, then runs the period's ticks."""
-            carry, tag_state = carry_and_tag_state
-            features = jax.vmap(llm_features, in_axes=(0, None))(carry["state"], params)
-            prev_tags = carry["state"].tag
-            time_s = period.astype(jnp.float32) * period_s
-            tag_key_p = jax.random.fold_in(tag_key, period)
-            if isinstance(tag_fn, StateTagSource):
-                chosen = tag_fn(carry["state"], params, features, prev_tags, carry["finished"], time_s, tag_key_p)
-            elif isinstance(tag_fn, CarryTagSource):
-                seen = (carry["state"], params) if tag_fn.reads_state else ()
-                *chosen, tag_state = tag_fn.fn(
-                    tag_state, *seen, features, prev_tags, carry["finished"], time_s, tag_key_p
-                )
-                chosen = tuple(chosen)
-            else:
-                chosen = tag_fn(features, prev_tags, carry["finished"], time_s, tag_key_p)
-            chosen, aux = chosen if isinstance(chosen, tuple) and len(chosen) == 2 else (chosen, None)
-            # Recorded as the arena will run it: clipped into 0..3, and kept where the episode has ended.
-            chosen = jnp.clip(jnp.asarray(chosen, jnp.int32), 0, NUM_TAGS - 1)
-            chosen = jnp.where(carry["finished"], prev_tags, chosen)
-            record = (chosen, features, ~carry["finished"], carry["state"] if record_states else None, aux)
-            first = period * steps_per_period
-
-            def _run(c):
-                # The chosen tag takes effect after `latency_steps` ticks: the one place a tag is set.
-                ticks = first + jnp.arange(steps_per_period)
-                c, before = jax.lax.scan(_env_step, c, ticks[:latency_steps])
-                c = dict(c)
-                c["obs"], c["state"] = batched_retag(c["obs"], c["state"], chosen, params)
-                c, after = jax.lax.scan(_env_step, c, ticks[latency_steps:])
-                if trace is None:
-                    return c, None
-                return c, jax.tree.map(lambda a, b: jnp.concatenate([a, b]), before, after)
-
-            def _skip(c):
-                # Every episode has ended: keep the carry, and give the trace its shape.
-                if trace is None:
-                    return c, None
-                shapes = jax.eval_shape(_run, c)[1]
-                return c, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-
-            carry, traced = jax.lax.cond(jnp.all(carry["finished"]), _skip, _run, carry)
-            return (carry, tag_state), (record, traced)
-
-        if tag_state is None and isinstance(tag_fn, CarryTagSource):
-            tag_state = tag_fn.init(n)
-        tag_state0 = tag_state if isinstance(tag_fn, CarryTagSource) else None
+        if tag_state is None:
+            tag_state = self.source.init(n)
+        period_fn = partial(self._decision_period, (policy_params, params, episode_keys, tag_key))
         (final, _), ((tags, feats, active, states, aux), traced) = jax.lax.scan(
-            _decision_period, (carry0, tag_state0), first_period + jnp.arange(periods)
+            period_fn, (carry0, tag_state), first_period + jnp.arange(self.periods)
         )
-        if trace is not None:  # (P, ticks per period, ...) -> one time axis
+        if self.trace is not None:  # (P, ticks per period, ...) -> one time axis
             traced = jax.tree.map(lambda y: y.reshape((-1,) + y.shape[2:]), traced)
         return RolloutResult(
             outcome=final["outcome"],
@@ -418,4 +298,73 @@ def make_runner(
             final_state=final["state"],
         )
 
-    return jax.jit(run)
+    def _env_step(self, inputs, carry, step_index):
+        """One tick for every episode; folds the results of episodes still running."""
+        policy_params, params, episode_keys, _ = inputs
+        obs, state = carry["obs"], carry["state"]
+        keys = jax.vmap(lambda k: jax.random.split(jax.random.fold_in(k, step_index + 1)))(episode_keys)
+        actions = self.batched_policy(policy_params, obs, keys[:, 0])
+        stepped, reward, terminated, truncated, info = self.batched_step(keys[:, 1], state, actions, params)
+        done = terminated | truncated
+        running = ~carry["finished"]
+        ended_now = running & done
+        # An ended episode stays as it ended (its lane idles until the batch is done).
+        next_state = jax.tree.map(
+            lambda new, old: jnp.where(running.reshape((-1,) + (1,) * (new.ndim - 1)), new, old), stepped, state
+        )
+        episode_time = next_state.t.astype(jnp.float32) * params.dt
+        tick = Tick(obs, state, actions, next_state, reward, done, info, running)
+        out = {
+            "obs": self.batched_observe(next_state, params),
+            "state": next_state,
+            "finished": carry["finished"] | done,
+            "outcome": jnp.where(ended_now, jax.vmap(outcome_of)(next_state), carry["outcome"]),
+            "duration_s": jnp.where(ended_now, episode_time, jnp.where(running, episode_time, carry["duration_s"])),
+            "team_return": carry["team_return"] + jnp.where(running, reward.mean(axis=-1), 0.0),
+            "damage_dealt": carry["damage_dealt"] + jnp.where(running, info["damage_dealt"].sum(-1), 0.0),
+            "damage_taken": carry["damage_taken"] + jnp.where(running, info["damage_taken"].sum(-1), 0.0),
+            "tag_steps": carry["tag_steps"] + jax.nn.one_hot(state.tag, NUM_TAGS, dtype=jnp.int32) * running[:, None],
+            "extras": {name: acc.update(carry["extras"][name], tick) for name, acc in self.accumulators.items()},
+        }
+        return out, (self.trace(tick) if self.trace is not None else None)
+
+    def _decision_period(self, inputs, carry_and_tag_state, period):
+        """Asks the tag source once for the batch, then runs the period's ticks."""
+        _, params, _, tag_key = inputs
+        carry, tag_state = carry_and_tag_state
+        features = jax.vmap(llm_features, in_axes=(0, None))(carry["state"], params)
+        prev_tags = carry["state"].tag
+        time_s = period.astype(jnp.float32) * self.period_s
+        tag_key_p = jax.random.fold_in(tag_key, period)
+        # Only a source that declares it reads the env state.
+        seen = (carry["state"], params) if self.source.reads_state else ()
+        chosen, aux, tag_state = self.source.step(
+            tag_state, features, prev_tags, carry["finished"], time_s, tag_key_p, *seen
+        )
+        # Recorded as the arena will run it: clipped into 0..3, and kept where the episode has ended.
+        chosen = jnp.clip(jnp.asarray(chosen, jnp.int32), 0, NUM_TAGS - 1)
+        chosen = jnp.where(carry["finished"], prev_tags, chosen)
+        record = (chosen, features, ~carry["finished"], carry["state"] if self.record_states else None, aux)
+        first = period * self.steps_per_period
+        env_step = partial(self._env_step, inputs)
+
+        def _run(c):
+            # The chosen tag takes effect after `latency_steps` ticks: the one place a tag is set.
+            ticks = first + jnp.arange(self.steps_per_period)
+            c, before = jax.lax.scan(env_step, c, ticks[: self.latency_steps])
+            c = dict(c)
+            c["obs"], c["state"] = self.batched_retag(c["obs"], c["state"], chosen, params)
+            c, after = jax.lax.scan(env_step, c, ticks[self.latency_steps :])
+            if self.trace is None:
+                return c, None
+            return c, jax.tree.map(lambda a, b: jnp.concatenate([a, b]), before, after)
+
+        def _skip(c):
+            # Every episode has ended: keep the carry, and give the trace its shape.
+            if self.trace is None:
+                return c, None
+            shapes = jax.eval_shape(_run, c)[1]
+            return c, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+        carry, traced = jax.lax.cond(jnp.all(carry["finished"]), _skip, _run, carry)
+        return (carry, tag_state), (record, traced)

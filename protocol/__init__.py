@@ -3,16 +3,19 @@
 Installed as `jaxarena.protocol`. It sits above `jaxarena.algorithms` and
 `jaxarena.llm` in the dependency order (env <- algorithms <- llm/protocol <- scripts).
 
-- `config`: `ProtocolConfig`, the combinations, cell names and cell keys.
+- `config`: `ProtocolConfig`, its cells, cell names and cell keys.
+- `combination`: what a combination is (`Combination`, its `ReportSection`s); `combinations`: one
+  module per combination and the registry that finds them.
+- `runner`: `ProtocolRunner` (cells, paired seeds, resume, progress); `context`: what a run's cells
+  share (policies, compiled programs, what a combination loads); `playing`: how a cell is played.
 - `policies`: `resolve_policy` (spec -> policy, params, checksum) and `directory_checksum`.
-- `runner`: `ProtocolRunner` (cells, paired seeds, resume, progress).
-- `pricing`: `DecisionPricer`, the oracle's verdict on every B decision (regret, agreement).
+- `pricing`: `DecisionPricer`, the oracle's verdict on every decision of a cell (regret, agreement).
 - `stats`: Tables 6-9 statistics (numpy/scipy only).
 - `summary`: `summarize`, episodes.csv and decisions.jsonl rows, versions; `write_outputs` writes them all.
 - `tables`: report.md (the paper's Tables 6-9 beside ours); `figures`: Figs. 5-9 (matplotlib).
-- `selector_cells`: Combination C (the RL selector of issue #12) and its ablations: what each
-  label plays, its fingerprint, program and decision records; `selector_summary`,
-  `selector_tables`, `selector_figures`: C's numbers, report section and figures.
+- `selector_cells`: Combination C (the RL selector) and its ablations: what each label plays, its
+  fingerprint and decision records; `selector_summary`, `selector_tables`, `selector_figures`: C's
+  numbers, report section and figures.
 - `cli`: `evaluate(...)` and `main(argv)`, the `jaxarena-evaluate` command.
 
     from jaxarena.protocol import ProtocolConfig, evaluate

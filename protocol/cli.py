@@ -8,7 +8,7 @@
     jaxarena-evaluate --policy-a runs/a --policy-b runs/b
     jaxarena-evaluate --combinations A B F O --price-decisions   # + fixed tags, the oracle, B's regret
     jaxarena-evaluate --combinations A W                # A beside the white-box squads (docs/coder.md)
-    jaxarena-evaluate --combinations A B C O            # + the RL selector (issue #12) and its ablations
+    jaxarena-evaluate --combinations A B C O            # + the RL selector and its ablations
 
 Outputs go to `results/<run-id>/` (see `protocol.summary`). The default run id
 is derived from the configuration, so running the same command again resumes
@@ -32,15 +32,8 @@ from jaxarena.llm.choice import DECODE_MODES
 from jaxarena.names import BOT_TYPES
 from jaxarena.scenarios import DEFAULT_SCENARIO, SCENARIOS
 
-from .config import (
-    C_ABLATIONS,
-    COMBINATIONS,
-    DEFAULT_COMBINATIONS,
-    DEFAULT_ORACLE_ROLLOUTS,
-    LLM_PATHS,
-    ProtocolConfig,
-    whitebox_specs,
-)
+from . import combinations
+from .config import C_ABLATIONS, DEFAULT_COMBINATIONS, DEFAULT_ORACLE_ROLLOUTS, LLM_PATHS, ProtocolConfig
 from .policies import policy_env_id
 from .runner import ProtocolRunner
 
@@ -93,27 +86,21 @@ def evaluate(
     try:
         cells = runner.run()
         policies = {}
-        for comb in config.labels():
-            if comb == "W":
-                squads = {f"W:{name}": (whitebox_specs()[name], *squad) for name, squad in runner.whitebox().items()}
-            elif comb in config.c_labels():
-                squads = {comb: (runner.selector_cells().squad_spec(comb), *runner.policy(comb))}
-            else:
-                squads = {comb: (config.policy_for(comb), *runner.policy(comb))}
-            for label, (spec, policy, _, checksum, source) in squads.items():
-                policies[label] = {"spec": spec, "source": source, "sha256": checksum, "env_id": policy_env_id(policy)}
-        llm = runner.llm_identity() if "B" in config.combinations else None
-        selectors = {label: runner.selector_cells().identity(label) for label in config.c_labels()}
-        if llm is not None:
-            llm = {**llm, "path": runner.llm_path(), "path_reason": runner.session.get("llm_path_reason")}
+        for label in config.labels():
+            for name, (spec, policy, _, checksum, source) in runner.squads(label).items():
+                policies[name] = {"spec": spec, "source": source, "sha256": checksum, "env_id": policy_env_id(policy)}
+        # What the combinations played with, for summary.json (the LLM's identity and path, C's selectors).
+        identities = {}
+        for name in config.combinations:
+            identities.update(combinations.get(name).meta(runner.context, config))
     finally:
         runner.close()
     meta = {
         "run_id": run_id,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "policies": policies,
-        "llm": llm,
-        **({"selectors": selectors} if selectors else {}),
+        "llm": identities.pop("llm", None),
+        **identities,
         "session": {
             **runner.session,
             "computed_cells": runner.computed,
@@ -137,9 +124,8 @@ def _llm_spec(text: str) -> str:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="jaxarena-evaluate",
-        description="Run the paper's evaluation protocol (Combinations A and B x 3 bots; optionally fixed tags F, "
-        "the oracle O, the white-box squads W and the RL selector C with its ablations) and write episodes.csv, "
-        "decisions.jsonl, summary.json, report.md and figures.",
+        description="Run the paper's evaluation protocol (Combinations A and B x 3 bots; optionally the other "
+        "combinations of --combinations) and write episodes.csv, decisions.jsonl, summary.json, report.md and figures.",
     )
     p.add_argument("--episodes", type=int, default=100, help="episodes per (combination, bot) cell (default 100)")
     p.add_argument("--seed", type=int, default=0, help="base seed; A and B share it (paired design)")
@@ -149,10 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         default=list(DEFAULT_COMBINATIONS),
         metavar="C",
-        help=f"combinations to run, from {' '.join(COMBINATIONS)} (space- or comma-separated; default A B). "
-        "F: B's policy with each tag held all episode; O: the oracle picks each tag (slow: minutes per bot); "
-        "W: the white-box baselines of docs/coder.md (rush, kite, surround_strike) on A's paired episodes; "
-        "C: the RL selector among the LLM's candidate tags (issue #12), with its ablations (--c-ablations)",
+        help=f"combinations to run, from {' '.join(combinations.names())} (space- or comma-separated; default "
+        f"{' '.join(DEFAULT_COMBINATIONS)}). "
+        + "; ".join(f"{c.name}: {c.about}" for c in combinations.registry().values()),
     )
     p.add_argument(
         "--oracle-rollouts",
@@ -172,6 +157,29 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_SCENARIO,
         help=f"arena preset for every cell (jaxarena.scenarios; default {DEFAULT_SCENARIO})",
     )
+    _add_selector_options(p)
+    p.add_argument("--policy-a", default="A", help="Combination A policy: run dir, exported policy, or 'A' (shipped)")
+    p.add_argument(
+        "--policy-b",
+        default="B",
+        help="Combination B policy: run dir, exported policy, or a shipped name ('B'; 'B-paper': the paper recipe's B)",
+    )
+    p.add_argument("--greedy", action="store_true", help="take the most likely action instead of sampling")
+    _add_llm_options(p)
+    p.add_argument("--latency-steps", type=int, default=0, help="ticks before a chosen tag takes effect (default 0)")
+    p.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples for win-rate CIs")
+    p.add_argument("--out", default="results", help="output root (default results/)")
+    p.add_argument("--run-id", default=None, help="results/<run-id>; default derived from the configuration")
+    p.add_argument("--fresh", action="store_true", help="discard stored cells of this run id first")
+    p.add_argument("--cache", default=None, help="LLM prompt cache file (default <out>/llm_cache.jsonl)")
+    p.add_argument("--no-cache", action="store_true", help="no prompt cache: every prompt goes to the LLM")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
+    return p
+
+
+def _add_selector_options(p: argparse.ArgumentParser) -> None:
+    """Combination C's options: its selectors, ablations and pricing."""
     p.add_argument(
         "--selector",
         default="C",
@@ -203,13 +211,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="price every C decision with the oracle (K playouts per tag): C's regret per bot (slow, as "
         "--price-decisions)",
     )
-    p.add_argument("--policy-a", default="A", help="Combination A policy: run dir, exported policy, or 'A' (shipped)")
-    p.add_argument(
-        "--policy-b",
-        default="B",
-        help="Combination B policy: run dir, exported policy, or a shipped name ('B'; 'B-paper': the paper recipe's B)",
-    )
-    p.add_argument("--greedy", action="store_true", help="take the most likely action instead of sampling")
+
+
+def _add_llm_options(p: argparse.ArgumentParser) -> None:
+    """The LLM that picks B's tags: backend, adapter, model, decoding, host and where it runs."""
     p.add_argument(
         "--llm",
         type=_llm_spec,
@@ -239,16 +244,6 @@ def build_parser() -> argparse.ArgumentParser:
         "choice decoding of an in-process model; reads no prompt cache, fills it), "
         "auto (default: graph with a cold prompt cache when the model can run there, else host)",
     )
-    p.add_argument("--latency-steps", type=int, default=0, help="ticks before a chosen tag takes effect (default 0)")
-    p.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples for win-rate CIs")
-    p.add_argument("--out", default="results", help="output root (default results/)")
-    p.add_argument("--run-id", default=None, help="results/<run-id>; default derived from the configuration")
-    p.add_argument("--fresh", action="store_true", help="discard stored cells of this run id first")
-    p.add_argument("--cache", default=None, help="LLM prompt cache file (default <out>/llm_cache.jsonl)")
-    p.add_argument("--no-cache", action="store_true", help="no prompt cache: every prompt goes to the LLM")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
-    return p
 
 
 def config_from_args(args: argparse.Namespace) -> ProtocolConfig:
@@ -290,64 +285,6 @@ def config_from_args(args: argparse.Namespace) -> ProtocolConfig:
     )
 
 
-def print_oracle(oracle: dict) -> None:
-    """The headroom table in a few lines: squad win % (95% CI) of A, B, the best fixed tag and O."""
-
-    def rate(entry):
-        return f"{entry['win_pct']:5.1f}% ({entry['ci95'][0]:.0f}-{entry['ci95'][1]:.0f})" if entry else "    —"
-
-    print(f"  oracle (scenario {oracle['scenario']}, K={oracle['rollouts']}): squad win % (95% CI)")
-    for bot, r in oracle["by_bot"].items():
-        best = r.get("best_fixed")
-        parts = [f"A {rate(r.get('A'))}", f"B {rate(r.get('B'))}"]
-        if best:
-            parts.append(f"best F ({best['name']}) {rate(best)}")
-        parts.append(f"O {rate(r.get('O'))}")
-        if r.get("headroom"):
-            h = r["headroom"]
-            parts.append(f"headroom {h['pct_points']:+.1f} pp ({h['ci95'][0]:+.1f}, {h['ci95'][1]:+.1f})")
-        if r.get("llm"):
-            m = r["llm"]
-            parts.append(
-                f"LLM regret {m['mean_regret']:.3f} ({m['regret_ci95'][0]:.3f}-{m['regret_ci95'][1]:.3f}), "
-                f"agrees {m['agreement_pct']:.0f}% of {m['decisions']}"
-            )
-        print(f"    {bot:<10} " + "  ".join(parts))
-
-
-def print_whitebox(whitebox: dict) -> None:
-    """Each white-box squad's win % (95% CI) and its paired difference from A."""
-    print("  white-box squads: squad win % (95% CI), minus A's in pp (paired 95% CI)")
-    for bot, r in whitebox["by_bot"].items():
-        parts = [f"A {r['A']['win_pct']:5.1f}%"] if "A" in r else []
-        for name, e in r["squads"].items():
-            part = f"{name} {e['win_pct']:5.1f}% ({e['ci95'][0]:.0f}-{e['ci95'][1]:.0f})"
-            if "vs_A" in e:
-                v = e["vs_A"]
-                part += f" {v['win_pct_points']:+.1f} ({v['ci95'][0]:+.1f}, {v['ci95'][1]:+.1f})"
-            parts.append(part)
-        print(f"    {bot:<10} " + "  ".join(parts))
-
-
-def print_selector(section: dict) -> None:
-    """C and its ablations, one line each: squad win % (95% CI), against B (paired difference in pp
-    and the Mann-Whitney p of time-to-defeat), and the entropy of the tags chosen."""
-    print(f"  Combination C (scenario {section['scenario']}): squad win % (95% CI); vs B: pp (paired CI), MWU p")
-    for bot, rows in section["by_bot"].items():
-        for label, r in rows.items():
-            line = f"    {bot:<10} {label:<13} {r['win_pct']:5.1f}% ({r['ci95'][0]:3.0f}-{r['ci95'][1]:3.0f})"
-            if "vs_B" in r:
-                v = r["vs_B"]
-                mw = v["mann_whitney"]
-                line += (
-                    f"  vs B {v['win_pct_points']:+6.1f} pp ({v['ci95'][0]:+.1f}, {v['ci95'][1]:+.1f})"
-                    f"  MWU p {mw['p']:.3g}{mw['stars']} ({mw['direction']})"
-                )
-            if "tags" in r and r["tags"]["total"]:
-                line += f"  tag entropy {r['tags']['entropy_bits']:.2f} bits"
-            print(line)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -377,12 +314,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
     for bot, m in summary["mann_whitney"].items():
         print(f"  A vs B {bot:<10} U {m['U']:.1f}  p {m['p']:.4g}{m['stars']}  r {m['r']:+.3f}  {m['direction']}")
-    if summary.get("oracle"):
-        print_oracle(summary["oracle"])
-    if summary.get("whitebox"):
-        print_whitebox(summary["whitebox"])
-    if summary.get("selector"):
-        print_selector(summary["selector"])
+    for section in combinations.sections():
+        if summary.get(section.key) and section.console is not None:
+            section.console(summary[section.key])
     print(
         f"  time: session {tm['session_wall_s']:.1f} s; cells: compile {tm['cells_compile_s']:.1f} s, "
         f"simulation {tm['cells_simulation_s']:.1f} s, LLM {tm['cells_llm_s']:.1f} s "

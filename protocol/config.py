@@ -1,21 +1,10 @@
 """What a protocol run is: `ProtocolConfig`, its cells, their names and their keys.
 
-A *cell* is one combination against one bot type. Combinations:
-
-- A: Combination A's policy with the fixed tag `tag_a` (the paper's A);
-- B: B's policy with the LLM choosing the tag every 5 s (the paper's B);
-- F: B's policy with each of the four tags held for the whole episode (one
-  cell per bot holds all four tags' episodes);
-- O: B's policy with the counterfactual oracle choosing the tag (argmax of Q
-  over `oracle_rollouts` playouts per tag, `jaxarena.oracle`): an upper bound
-  on what a tag selector can gain, not a player.
-- W: the white-box squads, the baselines written in the squad-policy language
-  (`jaxarena.coder.language.BASELINES`, docs/coder.md), each with A's fixed tag
-  (one cell per bot holds every squad's episodes).
-- C: the RL selector (issue #12, `jaxarena.selector`) choosing among the LLM's
-  candidate tags, played by the selector's squad policy (B); with it, by
-  default, its ablations, each a cell of its own labelled "C-<ablation>"
-  (`C_ABLATIONS`, `protocol.selector_cells`).
+A *cell* is one label of a combination against one bot type. The
+combinations are values, one module each under `protocol.combinations`
+(whose registry this module checks names against; each module's docstring
+says what it plays); a combination may play several labels per bot, C its
+ablations ("C-N1", ...; `C_ABLATIONS`, `protocol.selector_cells`).
 
 Bots are named as in `jaxarena.names.BOT_TYPES`; a cell's key is
 `fold_in(PRNGKey(seed), bot_index(bot))`, the same for every combination (the
@@ -30,19 +19,15 @@ import numpy as np
 
 from jaxarena.llm.backends import parse_llm_spec
 from jaxarena.llm.choice import DECODE_MODES
+from jaxarena.llm.paths import LLM_PATHS
 from jaxarena.names import BOT_TYPES, DECISION_PERIOD_S, EPISODE_S, bot_index
 from jaxarena.scenarios import DEFAULT_SCENARIO, scenario_overrides
 
-#: Every combination a run may ask for (see the module docstring).
-COMBINATIONS: tuple[str, ...] = ("A", "B", "C", "F", "O", "W")
 #: What a run plays unless told otherwise: the paper's two (F and O cost minutes more, W seconds).
 DEFAULT_COMBINATIONS: tuple[str, ...] = ("A", "B")
 #: Playouts per tag of the oracle (Combination O and decision pricing) unless told otherwise.
 DEFAULT_ORACLE_ROLLOUTS = 8
-#: How B's LLM runs: "host" (TagSelector via io_callback, with the prompt cache), "graph"
-#: (inside the jitted rollout, `jaxarena.llm.graph_tags`), or "auto" (see `ProtocolRunner.llm_path`).
-LLM_PATHS: tuple[str, ...] = ("auto", "host", "graph")
-#: Combination C's ablations (seed 001), each played as its own cell labelled "C-<name>":
+#: Combination C's ablations, each played as its own cell labelled "C-<name>":
 #: nodeduction: the selector trained without the LLM's deduction, which it then does not get;
 #: N1: no diversity, the LLM's first candidate only (no selector);
 #: llm: the LLM picks among its own candidates (the most probable one);
@@ -129,9 +114,10 @@ class ProtocolConfig:
             # Exact names only: they become cell names and file names.
             if b not in BOT_TYPES:
                 raise ValueError(f"unknown bot {b!r}; choose from {BOT_TYPES}")
+        from .combinations import get, registry
+
         for c in self.combinations:
-            if c not in COMBINATIONS:
-                raise ValueError(f"unknown combination {c!r}; choose from {COMBINATIONS}")
+            get(c)  # raises ValueError naming the combinations
         if self.episodes < 1:
             raise ValueError("episodes must be >= 1")
         parse_llm_spec(self.llm)  # raises ValueError naming the accepted forms
@@ -144,26 +130,22 @@ class ProtocolConfig:
         scenario_overrides(self.scenario)  # raises ValueError naming the presets
         if self.oracle_rollouts < 1:
             raise ValueError(f"oracle_rollouts must be >= 1, got {self.oracle_rollouts}")
-        if self.price_decisions and "B" not in self.combinations:
-            raise ValueError("price_decisions prices Combination B's LLM decisions: add B to the combinations")
-        for a in self.c_ablations:
-            if a not in C_ABLATIONS:
-                raise ValueError(f"unknown C ablation {a!r}; choose from {', '.join(C_ABLATIONS)}")
-        if len(set(self.c_ablations)) != len(self.c_ablations):
-            raise ValueError(f"C ablations repeat: {self.c_ablations}")
-        if self.price_c and "C" not in self.combinations:
-            raise ValueError("price_c prices Combination C's decisions: add C to the combinations")
+        for combination in registry().values():  # each checks its own options, played or not
+            combination.check(self)
 
     def policy_for(self, combination: str) -> str:
         if combination == "W":  # several policies: a caller that wants one has mistaken W for A
-            raise ValueError("Combination W plays several squads; see whitebox_specs()")
-        if is_selector_label(combination):
+            raise ValueError("Combination W plays several squads; see protocol.combinations.w")
+        if combination.split("-", 1)[0] == "C":  # C and its ablations ("C-N1", ...)
             raise ValueError(f"{combination} plays its selector's squad policy; see protocol.selector_cells")
         return self.policy_a if combination == "A" else self.policy_b
 
     def labels(self) -> list[str]:
-        """The run's cell labels in order: the combinations as given, C followed by its ablations."""
-        return [label for c in self.combinations for label in (self.c_labels() if c == "C" else [c])]
+        """The run's cell labels in order: the combinations as given, each followed by its variants
+        (C by its ablations)."""
+        from .combinations import get
+
+        return [label for c in self.combinations for label in get(c).labels_in(self)]
 
     def c_labels(self) -> list[str]:
         """ "C" and its ablations' labels ("C-N1", ...), or [] when the run has no Combination C."""
@@ -198,20 +180,19 @@ class ProtocolConfig:
         ):
             if d[name] == default:
                 del d[name]
-        if "C" not in self.combinations:  # C's options change nothing without C: keep the older run ids
-            for name in ("selector", "selector_nodeduction", "selector_scripted", "c_ablations"):
-                del d[name]
+        from .combinations import registry
+
+        # A combination's own options change nothing without it (C's selectors): keep the older run ids.
+        for name, combination in registry().items():
+            if name not in self.combinations:
+                for field in combination.identity_fields:
+                    del d[field]
         return d
 
 
 def cell_name(combination: str, bot: str) -> str:
     """ "A_balanced": the cell's name in `cells/`, `summary.json` and the timings."""
     return f"{combination}_{bot}"
-
-
-def is_selector_label(label: str) -> bool:
-    """Whether a cell label is Combination C's ("C") or one of its ablations' ("C-N1", ...)."""
-    return label == "C" or label.startswith("C-")
 
 
 def cell_key_data(seed: int, bot: str) -> np.ndarray:
@@ -221,19 +202,10 @@ def cell_key_data(seed: int, bot: str) -> np.ndarray:
     return np.asarray(jax.random.fold_in(jax.random.PRNGKey(seed), bot_index(bot)))
 
 
-def whitebox_specs() -> dict[str, str]:
-    """W's squads: baseline name -> its policy spec ("coder:rush", ...; see `policies.resolve_policy`)."""
-    from jaxarena.coder.language import BASELINES
-
-    return {name: f"coder:{name}" for name in BASELINES}
-
-
 def episode_sets(cell: dict) -> list[tuple[str, dict]]:
     """A stored cell's episodes as (label, episodes): ("A", ...) for most cells; F's one set per
     held tag, labelled "F0".."F3"; W's one set per squad, labelled "W:rush", ... (the label
-    `episodes.csv` and `summary.json` use)."""
-    if cell["combination"] == "F":
-        return [(f"F{tag}", episodes) for tag, episodes in enumerate(cell["episodes_by_tag"])]
-    if cell["combination"] == "W":
-        return [(f"W:{name}", episodes) for name, episodes in cell["episodes_by_squad"].items()]
-    return [(cell["combination"], cell["episodes"])]
+    `episodes.csv` and `summary.json` use). Its combination says how (`Combination.episode_sets`)."""
+    from .combinations import of_label
+
+    return of_label(cell["combination"]).episode_sets(cell)

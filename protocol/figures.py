@@ -1,5 +1,5 @@
 """The report's figures (Figs. 5-9) as PNG files, with matplotlib (imported on first use, Agg backend).
-Combination C's come from `selector_figures`.
+The combinations' sections draw their own (`protocol.combinations.sections`; C's in `selector_figures`).
 
 Drawn from a run's summary (`summary.summarize`) and its cells; each file is
 written atomically.
@@ -18,7 +18,6 @@ from jaxarena.files import write_atomic
 from jaxarena.names import BOT_TYPES, DECISION_PERIOD_S, NUM_TAGS, TAG_NAMES
 
 from .config import episode_sets
-from .selector_figures import selector_figures
 from .tables import format_p, summary_episode_s
 
 
@@ -112,6 +111,9 @@ def make_figures(run_dir: str | Path, summary: dict, cells: dict[str, dict]) -> 
         ax.set(ylabel="% of decisions", title="Figure 9. LLM tag selection frequency by bot type")
         ax.legend()
         save(fig, "fig9_tags.png")
-    if summary.get("selector"):  # Combination C's figures
-        selector_figures(summary["selector"], save, plt)
+    from .combinations import sections
+
+    for section in sections():  # the combinations' own figures
+        if summary.get(section.key) and section.figures is not None:
+            section.figures(summary[section.key], save, plt)
     return paths

@@ -1,8 +1,8 @@
-"""Pricing Combination B's decisions with the counterfactual oracle (`jaxarena.oracle`).
+"""Pricing a cell's decisions with the counterfactual oracle (`jaxarena.oracle`): B's, or C's.
 
-A B rollout run with `record_states=True` keeps the `EnvState` of every
+A rollout run with `record_states=True` keeps the `EnvState` of every
 decision; `DecisionPricer` plays each of those states out under each of the
-four tags (K playouts per tag, B's policy) and `annotate` adds to each
+four tags (K playouts per tag, the cell's squad policy) and `annotate` adds to each
 decision record what the oracle found: `oracle_win` (the four win
 probabilities), `oracle_best`, `regret` (Q(best) - Q(chosen), in win
 probability) and `agrees` (the chosen tag is one of the best).
@@ -23,7 +23,7 @@ import numpy as np
 
 #: Decision states priced per compiled batch (as `price_states`' default).
 CHUNK = 64
-#: Stream of a B cell's pricing keys: `fold_in(cell key, PRICING_STREAM)`, apart from the episodes' keys.
+#: Stream of a cell's pricing keys: `fold_in(cell key, PRICING_STREAM)`, apart from the episodes' keys.
 PRICING_STREAM = 0x0AC1E
 
 
@@ -37,7 +37,7 @@ def active_states(result) -> tuple[Any, np.ndarray, np.ndarray]:
 
 
 class DecisionPricer:
-    """Q(s, tag) of B's decision states, one compiled program of `CHUNK` states for the run.
+    """Q(s, tag) of a squad's decision states, one compiled program of `CHUNK` states for the run.
 
     Built from the first cell's env and params; later cells may pass the params
     of another bot (same shapes) without recompiling.
@@ -111,3 +111,39 @@ def annotate(decisions: list[dict], values, periods: np.ndarray, episodes: np.nd
         }
         for i, (d, m) in enumerate(zip(decisions, rows, strict=True))
     ]
+
+
+def price_cell(context, result, decisions: list[dict], env, env_params, policy, params, key, progress):
+    """A cell's decision records with the oracle's verdict, and the pricing's timings.
+
+    One compiled pricer per squad policy for the run (B's and C's are usually the same one), kept in
+    the run's context; the pricing keys come from the cell's key on a stream of their own.
+    """
+    import jax
+
+    from jaxarena.runner import schedule_of
+
+    c = context.config
+    states, periods, episodes = active_states(result)
+    timing = {"states": int(periods.size), "rollouts": c.oracle_rollouts, "compile_s": 0.0, "wall_s": 0.0}
+    if periods.size == 0:
+        return decisions, timing
+    pricers = context.shared("pricers", dict)
+    if policy not in pricers:
+        pricers[policy] = DecisionPricer(
+            env, env_params, policy, rollouts=c.oracle_rollouts, horizon_periods=c.num_periods
+        )
+    pricer = pricers[policy]
+    t = time.perf_counter()
+    values = pricer.price(
+        params,
+        env_params,
+        states,
+        jax.random.fold_in(key, PRICING_STREAM),
+        lambda done, total: progress(c.episodes, pricing=f"{done}/{total} states"),
+    )
+    values = jax.block_until_ready(values)
+    # The pricer compiles on its first batch: report that apart from the pricing itself.
+    timing["compile_s"], pricer.compile_s = pricer.compile_s, 0.0
+    timing["wall_s"] = time.perf_counter() - t - timing["compile_s"]
+    return annotate(decisions, values, periods, episodes, schedule_of(env_params)[2]), timing

@@ -1,10 +1,10 @@
 """Combination C and its ablations in the protocol: their selectors, tag sources, programs and records.
 
-Every cell of the C family is played like B's: the selector's squad policy
-(its `SelectorConfig.squad`, the tag-following B) on the run's scenario and
-paired keys, one vmapped batch under one jitted `jaxarena.runner.make_runner`
-program, compiled once per label and reused for the three bots. Only the tag
-source differs: `jaxarena.selector.source.selector_tag_source`, which reads
+Every cell of the C family is played like B's (`protocol.combinations.c`):
+the selector's squad policy (its `SelectorConfig.squad`, the tag-following B)
+on the run's scenario and paired keys, one vmapped batch under one jitted
+`jaxarena.runner.make_runner` program, compiled once per label and reused for
+the three bots. Only the tag source differs: `jaxarena.selector.source.selector_tag_source`, which reads
 the LLM's deduction and candidates from the strategy table inside the
 rollout and picks one candidate. The variants (`VARIANTS`):
 
@@ -33,7 +33,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -267,31 +266,6 @@ class SelectorCells:
         loaded = self.selector(label)
         network, params = (loaded.network, loaded.params) if v.chooser == "selector" else (None, None)
         return selector_tag_source(self.table(label)[0], self.inputs(label), v.chooser, network, params)
-
-    def compile(self, label: str, env, env_params, policy, policy_params, key) -> tuple[Callable, float]:
-        """The label's rollout program, lowered for `key`'s shape and compiled; and its compile time.
-
-        The table and the network are constants of the program (a few hundred kB), and the
-        bot type is a traced env param, so one program serves the three bots.
-        """
-        import jax
-
-        from jaxarena.runner import make_runner
-
-        c = self.config
-        run = make_runner(
-            env,
-            env_params,
-            policy,
-            self.tag_source(label),
-            c.episodes,
-            num_periods=c.num_periods,
-            record_states=self.priced(label),
-        )
-        fn = jax.jit(lambda pp, prm, k: run(pp, prm, k, 0))
-        t = time.perf_counter()
-        program = fn.lower(policy_params, env_params, key).compile()
-        return program, time.perf_counter() - t
 
 
 def records(label: str, bot: str, result, period_s: float) -> list[dict]:

@@ -1,7 +1,8 @@
 """report.md's Combination C section: C and its ablations against B, as markdown.
 
 `selector_tables(section)` renders the `selector` section of a run's summary
-(`protocol.selector_summary`); nothing here computes a statistic.
+(`protocol.selector_summary`) and `print_selector` its console lines; nothing
+here computes a statistic.
 """
 
 from __future__ import annotations
@@ -212,3 +213,22 @@ def _regret_table(section: dict) -> list[str]:
 def selector_tables(section: dict) -> list[str]:
     """The report's Combination C section: outcomes vs B, tags and bias, deduction, regret."""
     return _outcome_table(section) + _tags_table(section) + _deduction_table(section) + _regret_table(section)
+
+
+def print_selector(section: dict) -> None:
+    """C and its ablations, one line each: squad win % (95% CI), against B (paired difference in pp
+    and the Mann-Whitney p of time-to-defeat), and the entropy of the tags chosen."""
+    print(f"  Combination C (scenario {section['scenario']}): squad win % (95% CI); vs B: pp (paired CI), MWU p")
+    for bot, rows in section["by_bot"].items():
+        for label, r in rows.items():
+            line = f"    {bot:<10} {label:<13} {r['win_pct']:5.1f}% ({r['ci95'][0]:3.0f}-{r['ci95'][1]:3.0f})"
+            if "vs_B" in r:
+                v = r["vs_B"]
+                mw = v["mann_whitney"]
+                line += (
+                    f"  vs B {v['win_pct_points']:+6.1f} pp ({v['ci95'][0]:+.1f}, {v['ci95'][1]:+.1f})"
+                    f"  MWU p {mw['p']:.3g}{mw['stars']} ({mw['direction']})"
+                )
+            if "tags" in r and r["tags"]["total"]:
+                line += f"  tag entropy {r['tags']['entropy_bits']:.2f} bits"
+            print(line)

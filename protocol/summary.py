@@ -3,6 +3,10 @@
 Everything is computed from the cells (`protocol.runner`) with
 `protocol.stats`; `write_outputs` writes every file of a run atomically,
 with the text from `protocol.tables` and the figures from `protocol.figures`.
+The paper's frame (Tables 6-9: A and B, their Mann-Whitney test, B's tags)
+is in every summary; the combinations add their own sections
+(`protocol.combinations.sections`: the oracle's headroom, the white-box
+squads, the RL selector, ...), each computed by its section's `summarize`.
 """
 
 from __future__ import annotations
@@ -16,15 +20,13 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-
 from jaxarena.files import write_atomic
-from jaxarena.names import DECISION_PERIOD_S, DT, FALLBACK_REASONS, NPC_WIN, NUM_TAGS, TAG_NAMES
+from jaxarena.names import DECISION_PERIOD_S, DT, FALLBACK_REASONS, NUM_TAGS
 
 from . import stats
+from .combination import Results
 from .config import ProtocolConfig, episode_sets
 from .figures import make_figures
-from .selector_summary import selector_summary
 from .tables import PAPER_TABLE6, PAPER_TABLE7, PAPER_TABLE8, PAPER_TABLE9, render_report
 
 EPISODE_COLUMNS = (
@@ -214,127 +216,16 @@ def summarize(cells: dict[str, dict], config: ProtocolConfig, meta: dict) -> dic
         "fallbacks": fallbacks,
         "llm_counters": llm_counters,
         "timings": timings,
-        **({"oracle": oracle_summary(by, descriptive, config)} if uses_oracle(config) else {}),
-        **({"whitebox": whitebox_summary(by, descriptive, config)} if "W" in config.combinations else {}),
-        **(
-            {"selector": selector_summary(by, descriptive, config, meta.get("selectors"))}
-            if "C" in config.combinations
-            else {}
-        ),
+        **sections(Results(dict(by), descriptive, config, meta)),
         "paper": {"table6": PAPER_TABLE6, "table7": PAPER_TABLE7, "table8": PAPER_TABLE8, "table9": PAPER_TABLE9},
     }
 
 
-def uses_oracle(config: ProtocolConfig) -> bool:
-    """Whether a run has anything for the oracle section (F, O or priced B decisions)."""
-    return bool({"F", "O"} & set(config.combinations)) or config.price_decisions
+def sections(results: Results) -> dict:
+    """The combinations' sections that apply to the run, by their summary.json key, in rank order."""
+    from .combinations import sections as all_sections
 
-
-def _win(row: dict) -> dict:
-    return {"win_pct": row["npc_win_pct"], "ci95": list(row["ci95"]["npc_win"]), "n": row["n"]}
-
-
-def oracle_summary(by: dict, descriptive: dict, config: ProtocolConfig) -> dict:
-    """Per bot: A, B, the best fixed tag and O (squad win % with its CI), O's headroom over the
-    best fixed tag, and the LLM's regret and agreement with the oracle, where the run has them."""
-    seed, n_boot = config.seed, config.n_boot
-    by_bot = {}
-    for bot in config.bots:
-        row: dict = {}
-        for comb in ("A", "B", "O"):
-            if bot in descriptive.get(comb, {}):
-                row[comb] = _win(descriptive[comb][bot])
-        f_cell = by.get("F", {}).get(bot)
-        if f_cell is not None:
-            rates = [descriptive[f"F{t}"][bot]["npc_win_pct"] for t in range(NUM_TAGS)]
-            best = int(np.argmax(rates))  # ties: the lower tag number
-            row["best_fixed"] = {"tag": best, "name": TAG_NAMES[best], **_win(descriptive[f"F{best}"][bot])}
-            row["fixed_win_pct"] = rates
-        o_cell = by.get("O", {}).get(bot)
-        if o_cell is not None and f_cell is not None:
-            o_won = np.asarray(o_cell["episodes"]["outcome"]) == NPC_WIN
-            f_won = np.asarray(f_cell["episodes_by_tag"][row["best_fixed"]["tag"]]["outcome"]) == NPC_WIN
-            diff, lo, hi = stats.paired_bootstrap_diff(o_won, f_won, n_boot=n_boot, seed=seed)
-            row["headroom"] = {"pct_points": 100 * diff, "ci95": [100 * lo, 100 * hi]}
-        b_cell = by.get("B", {}).get(bot)
-        priced = [d for d in b_cell["decisions"] if "regret" in d] if b_cell is not None else []
-        if priced:
-            episodes = [d["episode"] for d in priced]
-            regret = stats.cluster_bootstrap_mean([d["regret"] for d in priced], episodes, n_boot=n_boot, seed=seed)
-            agrees = stats.cluster_bootstrap_mean(
-                [float(d["agrees"]) for d in priced], episodes, n_boot=n_boot, seed=seed + 1
-            )
-            row["llm"] = {
-                "decisions": len(priced),
-                "mean_regret": regret[0],
-                "regret_ci95": list(regret[1:]),
-                "agreement_pct": 100 * agrees[0],
-                "agreement_ci95": [100 * x for x in agrees[1:]],
-            }
-        by_bot[bot] = row
-    return {
-        "scenario": config.scenario,
-        "rollouts": config.oracle_rollouts,
-        "win": "squad (NPC) win %, with its percentile-bootstrap 95% CI (as in Tables 6-7)",
-        "best_fixed": "the F tag with the highest win % on these episodes (ties: the lower tag number)",
-        "headroom": "O minus the best fixed tag, in percentage points; 95% CI from a paired bootstrap over episodes",
-        "regret": "Q(best) - Q(chosen) in win probability, K playouts per tag; mean over B's decisions, 95% CI "
-        "from a bootstrap over episodes (agreement likewise)",
-        "by_bot": by_bot,
-    }
-
-
-def _outcome_row(row: dict) -> dict:
-    return {
-        **_win(row),
-        "bot_win_pct": row["bot_win_pct"],
-        "timeout_pct": row["timeout_pct"],
-        "mean_s": row["mean_s"],
-        "median_s": row["median_s"],
-    }
-
-
-def whitebox_summary(by: dict, descriptive: dict, config: ProtocolConfig) -> dict:
-    """Per bot: A and each white-box squad (W), each squad also against A on the same paired
-    episodes: the win-rate difference with a paired bootstrap CI, and Table 8's Mann-Whitney
-    test of time-to-defeat (A's durations first, so U is A's statistic)."""
-    from jaxarena.coder.language import BASELINES
-
-    by_bot = {}
-    for bot in config.bots:
-        w_cell = by.get("W", {}).get(bot)
-        if w_cell is None:
-            continue
-        a_cell = by.get("A", {}).get(bot)
-        row: dict = {"A": _outcome_row(descriptive["A"][bot])} if a_cell is not None else {}
-        squads = {}
-        for name, e in w_cell["episodes_by_squad"].items():
-            entry = _outcome_row(descriptive[f"W:{name}"][bot])
-            if a_cell is not None:
-                a = a_cell["episodes"]
-                won, a_won = (np.asarray(x["outcome"]) == NPC_WIN for x in (e, a))
-                diff, lo, hi = stats.paired_bootstrap_diff(won, a_won, n_boot=config.n_boot, seed=config.seed)
-                mw = stats.mann_whitney(a["duration_s"], e["duration_s"])
-                # Table 8's test with the squad in B's place: say so in its direction.
-                mw["direction"] = mw["direction"].replace("B ", "squad ")
-                entry["vs_A"] = {"win_pct_points": 100 * diff, "ci95": [100 * lo, 100 * hi], "mann_whitney": mw}
-            squads[name] = entry
-        row["squads"] = squads
-        by_bot[bot] = row
-    names = sorted({name for per_bot in by_bot.values() for name in per_bot["squads"]})
-    return {
-        "scenario": config.scenario,
-        "squads": {
-            name: {"source": f"coder/baselines/{name}.py", "lines": len(BASELINES[name].splitlines())}
-            for name in names
-            if name in BASELINES
-        },
-        "win": "squad (NPC) win %, with its percentile-bootstrap 95% CI (as in Tables 6-7)",
-        "vs_A": "win % minus A's on the same paired episodes, in percentage points, 95% CI from a paired "
-        "bootstrap over episodes; Mann-Whitney U of time-to-defeat, A vs the squad (U is A's statistic, "
-        "r and r_rb < 0 when the squad's episodes are shorter)",
-        "by_bot": by_bot,
-    }
+    return {s.key: s.summarize(results) for s in all_sections(results.config)}
 
 
 def write_outputs(

@@ -1,7 +1,9 @@
 """The report's text: the paper's Tables 6-9 (its numbers) and ours beside them, as markdown.
 
 `render_report(summary)` turns a run's summary (`summary.summarize`) into
-`report.md`; nothing here computes a statistic. Tag names, fallback causes,
+`report.md`, with the combinations' sections where the summary has them
+(each rendered by its section, `protocol.combinations.sections`); nothing
+here computes a statistic. Tag names, fallback causes,
 bot names and the episode length come from `jaxarena.names`.
 """
 
@@ -39,7 +41,7 @@ def format_p(p: float) -> str:
     return f"{p:.2e}" if p < 1e-4 else f"{p:.4f}"
 
 
-def _row(*cells) -> str:
+def md_row(*cells) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
@@ -130,14 +132,14 @@ def _tag_tables(tags: dict, fb: dict) -> list[str]:
         "",
         "By bot type (counts, then %):",
         "",
-        _row("Bot", *TAG_NAMES, "Total"),
+        md_row("Bot", *TAG_NAMES, "Total"),
         "|---|" + "---:|" * (NUM_TAGS + 1),
     ]
     for bot in BOT_TYPES:
         if bot in tags["by_bot"]:
             tb = tags["by_bot"][bot]
             counts = [f"{c} ({p:.1f}%)" for c, p in zip(tb["counts"], tb["pct"], strict=True)]
-            lines.append(_row(bot.capitalize(), *counts, tb["total"]))
+            lines.append(md_row(bot.capitalize(), *counts, tb["total"]))
     probs = tags.get("probs", {})
     if probs.get("overall", {}).get("n"):
         lines += [
@@ -146,14 +148,14 @@ def _tag_tables(tags: dict, fb: dict) -> list[str]:
             "the mean entropy of those distributions (2 bits = indifferent among the four) and how often each "
             "tag was its most probable one:",
             "",
-            _row("Bot", *(f"p({name})" for name in TAG_NAMES), "Entropy (bits)", "Most probable (counts)", "n"),
+            md_row("Bot", *(f"p({name})" for name in TAG_NAMES), "Entropy (bits)", "Most probable (counts)", "n"),
             "|---|" + "---:|" * (NUM_TAGS + 3),
         ]
         rows = [(bot.capitalize(), probs["by_bot"][bot]) for bot in BOT_TYPES if bot in probs.get("by_bot", {})]
         for name, p in [*rows, ("All", probs["overall"])]:
             if p["n"]:
                 lines.append(
-                    _row(
+                    md_row(
                         name,
                         *(f"{x:.3f}" for x in p["mean"]),
                         f"{p['entropy_bits']:.2f}",
@@ -165,15 +167,15 @@ def _tag_tables(tags: dict, fb: dict) -> list[str]:
         "",
         "Fallbacks (the previous tag kept), by cause:",
         "",
-        _row("Bot", *FALLBACK_REASONS, "total"),
+        md_row("Bot", *FALLBACK_REASONS, "total"),
         "|---|" + "---:|" * (len(FALLBACK_REASONS) + 1),
     ]
     for bot in BOT_TYPES:
         if bot in fb["by_bot"]:
             lines.append(
-                _row(bot.capitalize(), *(fb["by_bot"][bot][r] for r in FALLBACK_REASONS), fb["by_bot"][bot]["total"])
+                md_row(bot.capitalize(), *(fb["by_bot"][bot][r] for r in FALLBACK_REASONS), fb["by_bot"][bot]["total"])
             )
-    lines.append(_row("All", *(fb["overall"][r] for r in FALLBACK_REASONS), fb["overall"]["total"]))
+    lines.append(md_row("All", *(fb["overall"][r] for r in FALLBACK_REASONS), fb["overall"]["total"]))
     lines.append("")
     if t["total"] and fb["overall"]["total"] > 0.5 * t["total"]:
         # Say it where the reader looks: with most replies unusable, B is mostly "A with
@@ -189,124 +191,12 @@ def _tag_tables(tags: dict, fb: dict) -> list[str]:
     return lines
 
 
-def _rate(entry: dict | None) -> str:
+def win_with_ci(entry: dict | None) -> str:
     """ "12.0% (5.0–19.0)": a win % and its 95% CI, or a dash where the run has no such cell."""
     if not entry:
         return "—"
     lo, hi = entry["ci95"]
     return f"{entry['win_pct']:.1f}% ({lo:.1f}–{hi:.1f})"
-
-
-def _oracle_table(oracle: dict) -> list[str]:
-    """Per bot: A, B, the best fixed tag and O (squad win % with 95% CI), O's headroom over the best
-    fixed tag, and the LLM's regret and agreement with the oracle; then each fixed tag's win %."""
-    k = oracle["rollouts"]
-    lines = [
-        f"### Headroom. Oracle (O) vs fixed tags (F) and the LLM (B) — scenario `{oracle['scenario']}`, K = {k}",
-        "",
-        "| Bot | A | B (LLM) | Best fixed tag | Best fixed | O (oracle) | Headroom O − best F (pp) "
-        "| LLM mean regret | LLM agrees with O |",
-        "|---|---:|---:|---|---:|---:|---:|---:|---:|",
-    ]
-    for bot in BOT_TYPES:
-        if bot not in oracle["by_bot"]:
-            continue
-        r = oracle["by_bot"][bot]
-        best = r.get("best_fixed")
-        head = r.get("headroom")
-        llm = r.get("llm")
-        lines.append(
-            _row(
-                bot.capitalize(),
-                _rate(r.get("A")),
-                _rate(r.get("B")),
-                f"{best['tag']} {best['name']}" if best else "—",
-                _rate(best),
-                _rate(r.get("O")),
-                f"{head['pct_points']:+.1f} ({head['ci95'][0]:+.1f}–{head['ci95'][1]:+.1f})" if head else "—",
-                f"{llm['mean_regret']:.3f} ({llm['regret_ci95'][0]:.3f}–{llm['regret_ci95'][1]:.3f})" if llm else "—",
-                f"{llm['agreement_pct']:.1f}% ({llm['agreement_ci95'][0]:.1f}–{llm['agreement_ci95'][1]:.1f}), "
-                f"n={llm['decisions']}"
-                if llm
-                else "—",
-            )
-        )
-    lines += [
-        "",
-        (
-            "Win % is the squad's (NPC) win rate with its 95% bootstrap CI. F: B's policy with one tag held "
-            "all episode, on the same paired episodes; the best fixed tag is picked on these episodes, which "
-            "flatters it, so the headroom is conservative. O picks, at every 5 s boundary, the tag with the "
-            f"highest win rate over K = {k} playouts per tag with B's policy (ties: the higher mean return): it "
-            "sees the full state and simulates the future: an upper bound on what a tag selector can gain, not "
-            "a player (one-step planning on noisy estimates, so by chance it can score below the best fixed "
-            "tag). Headroom CI: paired bootstrap over episodes. Regret: Q(best) − Q(chosen) in win "
-            "probability for each of B's decisions (K playouts per tag; estimation noise makes it ≥ 0 even "
-            "where every tag is equal, so small values mean little); agreement: the LLM's tag is one of the "
-            "oracle's best. Both CIs: bootstrap over episodes."
-        ),
-        "",
-    ]
-    fixed = [(bot, oracle["by_bot"][bot].get("fixed_win_pct")) for bot in BOT_TYPES if bot in oracle["by_bot"]]
-    fixed = [(bot, rates) for bot, rates in fixed if rates]
-    if fixed:
-        lines += [
-            "Win % of each fixed tag (F):",
-            "",
-            _row("Bot", *(f"{t} {name}" for t, name in enumerate(TAG_NAMES))),
-            "|---|" + "---:|" * NUM_TAGS,
-        ]
-        lines += [_row(bot.capitalize(), *(f"{x:.1f}%" for x in rates)) for bot, rates in fixed]
-        lines.append("")
-    return lines
-
-
-def _whitebox_table(whitebox: dict) -> list[str]:
-    """Per bot: A, then each white-box squad (W) with its win % (95% CI), outcome shares and
-    time-to-defeat, and its difference from A on the same paired episodes."""
-    squads = ", ".join(f"`{s['source']}` ({s['lines']} lines)" for s in whitebox["squads"].values())
-    lines = [
-        "### White-box squads (docs/coder.md)",
-        "",
-        "| Bot | Squad | NPC Win % (95% CI) | Bot Win % | Timeout % | Mean (s) | Median (s) "
-        "| Win − A (pp, 95% CI) | Time vs A: Mann–Whitney p, r_rb |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---|",
-    ]
-
-    def row(bot: str, squad: str, r: dict) -> str:
-        vs = r.get("vs_A")
-        mw = vs["mann_whitney"] if vs else None
-        return _row(
-            bot.capitalize(),
-            squad,
-            _rate(r),
-            f"{r['bot_win_pct']:.1f}%",
-            f"{r['timeout_pct']:.1f}%",
-            f"{r['mean_s']:.2f}",
-            f"{r['median_s']:.2f}",
-            f"{vs['win_pct_points']:+.1f} ({vs['ci95'][0]:+.1f}, {vs['ci95'][1]:+.1f})" if vs else "—",
-            f"{format_p(mw['p'])}{mw['stars']}, {mw['r_rb']:+.3f} ({mw['direction']})" if mw else "—",
-        )
-
-    for bot in BOT_TYPES:
-        if bot not in whitebox["by_bot"]:
-            continue
-        r = whitebox["by_bot"][bot]
-        if "A" in r:
-            lines.append(row(bot, "A", r["A"]))
-        lines += [row(bot, name, entry) for name, entry in r["squads"].items()]
-    lines += [
-        "",
-        (
-            f"Squads: the baselines written in the squad-policy language ({squads}), translated to JAX and "
-            "played by the same episode runner as A, with A's fixed tag, on the same paired episodes. Win %: "
-            "the squad's (NPC) win rate with its 95% bootstrap CI. Win − A: paired bootstrap over episodes. "
-            "Time vs A: Table 8's two-sided Mann–Whitney U of time-to-defeat with the squad in B's place "
-            "(r_rb < 0: the squad's episodes are shorter)."
-        ),
-        "",
-    ]
-    return lines
 
 
 def summary_episode_s(summary: dict) -> float:
@@ -344,14 +234,11 @@ def render_report(summary: dict, figures: Sequence[str] = ()) -> str:
         lines += _mann_whitney_table(summary["mann_whitney"])
     if summary["tags"]["overall"]["total"] or "B" in d:
         lines += _tag_tables(summary["tags"], summary["fallbacks"])
-    if summary.get("oracle"):
-        lines += _oracle_table(summary["oracle"])
-    if summary.get("whitebox"):
-        lines += _whitebox_table(summary["whitebox"])
-    if summary.get("selector"):
-        from .selector_tables import selector_tables  # imported here: it takes format_p from this module
+    from .combinations import sections  # imported here: the sections' renderers import this module
 
-        lines += selector_tables(summary["selector"])
+    for section in sections():
+        if summary.get(section.key) and section.render is not None:
+            lines += section.render(summary[section.key])
     if figures:
         lines += ["## Figures", ""] + [f"![{Path(f).stem}]({Path(f).name})" for f in figures] + [""]
     tm = summary["timings"]

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxarena.history import HISTORY_LEN, NUM_POINT_FEATURES, DecisionHistory, opponent_class, push
-from jaxarena.runner import CarryTagSource
+from jaxarena.tag_sources import TagSource
 
 from .inputs import InputConfig, selector_inputs
 from .network import CandidateSelector
@@ -46,15 +46,16 @@ def selector_tag_source(
     chooser: str = "selector",
     network: CandidateSelector | None = None,
     network_params=None,
-) -> CarryTagSource:
-    """A `CarryTagSource` (reading the state) that plays Combination C or one of its ablations."""
+) -> TagSource:
+    """A `TagSource` that plays Combination C or one of its ablations: it reads the env state and
+    carries each episode's decision history."""
     if chooser not in CHOOSERS:
         raise ValueError(f"unknown chooser {chooser!r}; choose from {', '.join(CHOOSERS)}")
     if chooser == "selector" and (network is None or network_params is None):
         raise ValueError("the 'selector' chooser needs the trained network and its params")
     observe = jax.vmap(selector_inputs, in_axes=(None, 0, 0, 0, None, None, None))
 
-    def fn(histories, state, params, features, prev_tags, done, time_s, key):
+    def step(histories, features, prev_tags, done, time_s, key, state=None, params=None):
         histories = jax.vmap(push, in_axes=(0, 0, None))(histories, state, params)
         obs, advice = observe(table, histories, features, prev_tags, time_s, params, inputs)
         if chooser == "selector":
@@ -76,4 +77,4 @@ def selector_tag_source(
         }
         return tags, aux, histories
 
-    return CarryTagSource(init=blank_histories, fn=fn, reads_state=True)
+    return TagSource(step, blank_histories, reads_state=True)

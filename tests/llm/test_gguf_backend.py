@@ -151,14 +151,15 @@ def test_llm_specs_for_the_command_line(tmp_path):
 
 
 def test_runner_builds_the_gguf_backend(tmp_path):
+    from jaxarena.protocol.combinations.b import llm_run
     from jaxarena.protocol.config import ProtocolConfig
     from jaxarena.protocol.runner import ProtocolRunner
 
     config = ProtocolConfig(llm=f"gguf:{gguf_path('qwen2')}", decode="free", episodes=1)
     runner = ProtocolRunner(config, tmp_path, cache_path=None, progress=False)
     try:
-        backend = runner.backend()
+        backend = llm_run(runner.context).backend()
         assert (backend.name, backend.decode, backend.model) == ("gguf", "free", "tiny_qwen2.gguf")
-        assert runner.llm_identity()["backend"] == "gguf"
+        assert llm_run(runner.context).identity()["backend"] == "gguf"
     finally:
         runner.close()

@@ -257,7 +257,7 @@ def test_a_rollout_with_the_graph_source_logs_what_the_host_path_logs(source, tm
 
     run = make_runner(env, params, policy, source.tag_fn(), 6, num_periods=3)
     result = run(None, params, jax.random.key(3))
-    records = source.decision_records(result, {"bot": "aggressive"})
+    records = source.records.decision_records(result, {"bot": "aggressive"})
     assert len(records) == int(np.asarray(result.decision_active).sum())
     backend = EmbeddedBackend(generator=source.generator)
     host = []

@@ -18,6 +18,7 @@ import pytest
 from jaxarena.names import NPC_WIN, NUM_TAGS
 from jaxarena.protocol import ProtocolConfig, evaluate, stats
 from jaxarena.protocol.cli import build_parser, config_from_args, default_run_id
+from jaxarena.protocol.combinations.b import llm_run, prompt_limits
 from jaxarena.protocol.runner import ProtocolRunner
 
 K = 2
@@ -205,7 +206,7 @@ def test_default_run_id_and_fingerprints_of_a_and_b_are_unchanged(tmp_path):
     # format 3: B's logged return is its policy's own shaping (the stored-cell refusal names it).
     base = {"format": 3, "episodes": 100, "seed": 0, "greedy": False, "num_periods": None}
     assert runner.fingerprint("A") == {**base, "policy": runner.policy("A")[2], "tag": 0}
-    llm = {k: v for k, v in runner.llm_identity().items() if k != "host"}
+    llm = {k: v for k, v in llm_run(runner.context).identity().items() if k != "host"}
     b = {**base, "policy": runner.policy("B")[2], "llm": llm, "latency_steps": 0}
     # No prompt cache here, so `auto` runs B's LLM in the graph, which its cells record.
     assert runner.fingerprint("B") == {**b, "llm_path": "graph"}
@@ -282,7 +283,7 @@ def test_cluster_bootstrap_resamples_whole_episodes():
 
 
 def test_the_prompt_prints_the_scenarios_hp_maxima(tmp_path):
-    paper = ProtocolRunner(ProtocolConfig(), tmp_path, progress=False).prompt_limits()
-    headroom = ProtocolRunner(ProtocolConfig(scenario="headroom"), tmp_path, progress=False).prompt_limits()
+    paper = prompt_limits(ProtocolConfig())
+    headroom = prompt_limits(ProtocolConfig(scenario="headroom"))
     assert paper == {"bot_max_hp": 300.0, "npc_max_hp": 60.0}
     assert headroom == {"bot_max_hp": 1500.0, "npc_max_hp": 60.0}

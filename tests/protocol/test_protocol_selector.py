@@ -1,4 +1,4 @@
-"""Combination C (the RL selector, issue #12) and its ablations in the protocol, end to end on a small budget.
+"""Combination C (the RL selector) and its ablations in the protocol, end to end on a small budget.
 
 Real pieces throughout: the shipped B squad, the shipped strategy table of the embedded
 SmolLM2, and real selectors: the shipped ones where they exist, else three tiny ones trained
@@ -23,6 +23,7 @@ from jaxarena.history import OPPONENT_CLASSES
 from jaxarena.names import BOT_TYPES, NUM_TAGS
 from jaxarena.protocol import ProtocolConfig, evaluate
 from jaxarena.protocol.cli import build_parser, config_from_args, default_run_id
+from jaxarena.protocol.combinations.c import selector_cells
 from jaxarena.protocol.config import C_ABLATIONS
 from jaxarena.protocol.runner import ProtocolRunner
 from jaxarena.protocol.selector_cells import selector_checksum, selector_directory
@@ -206,7 +207,7 @@ def test_n1_plays_the_tables_first_candidate(run):
         tags, _ = jax.vmap(propose, in_axes=(None, 0, 0, None, None))(table, features, assessment, params, style)
         return tags[:, 0], None, histories
 
-    squad = ProtocolRunner(config, run["dir"], progress=False).selector_cells().squad_spec("C-N1")
+    squad = selector_cells(ProtocolRunner(config, run["dir"], progress=False).context).squad_spec("C-N1")
     policy, params, _, _ = resolve_policy(squad)
     for bot in BOT_TYPES:
         cell = run["cells"][f"C-N1_{bot}"]

@@ -21,7 +21,8 @@ from jaxarena.coder.compile import compile_program
 from jaxarena.coder.language import BASELINES
 from jaxarena.names import NPC_WIN
 from jaxarena.protocol import ProtocolConfig, evaluate, stats
-from jaxarena.protocol.cli import build_parser, config_from_args, print_whitebox
+from jaxarena.protocol.cli import build_parser, config_from_args
+from jaxarena.protocol.combinations.w import print_whitebox
 from jaxarena.protocol.config import cell_key_data
 from jaxarena.protocol.policies import resolve_policy
 from jaxarena.protocol.runner import ProtocolRunner
