@@ -227,6 +227,12 @@ def _add_llm_options(p: argparse.ArgumentParser) -> None:
         default=None,
         help="a LoRA adapter for B's LLM (embedded or gguf): a shipped name or a directory from jaxarena-tune-llm",
     )
+    p.add_argument(
+        "--tuned-adapter",
+        default=None,
+        help="Combination L's adapter: B's squad under the same LLM with this LoRA adapter (a shipped name or a "
+        "directory from jaxarena-tune-llm)",
+    )
     p.add_argument("--model", default=None, help="Ollama model (default mistral)")
     p.add_argument(
         "--decode",
@@ -268,6 +274,7 @@ def config_from_args(args: argparse.Namespace) -> ProtocolConfig:
         greedy=args.greedy,
         llm=args.llm,
         adapter=args.adapter,
+        tuned_adapter=args.tuned_adapter,
         model=args.model,
         host=args.host,
         decode=args.decode,

@@ -98,6 +98,7 @@ class ProtocolConfig:
     c_ablations: tuple[str, ...] = C_ABLATIONS
     price_c: bool = False
     adapter: str | None = None
+    tuned_adapter: str | None = None
 
     @property
     def episode_s(self) -> float:
