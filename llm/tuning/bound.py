@@ -53,11 +53,8 @@ def _apply(layers, x):
     return x @ layers[-1]["w"] + layers[-1]["b"]
 
 
-def fit_chooser(x, q, *, tau: float, hidden=(), steps: int = 2000, lr: float = 3e-3, l2: float = 1e-4, seed: int = 0):
-    """Fit logits = f(x) to softmax(q / tau) by full-batch Adam; returns `probs(x) -> (M, 4)`.
-
-    `hidden=()` is a softmax regression; `hidden=(64, 64)` a small MLP.
-    """
+def _fit_params(x, q, *, tau: float, hidden=(), steps: int = 2000, lr: float = 3e-3, l2: float = 1e-4, seed: int = 0):
+    """Weights of logits = f(x) fit to softmax(q / tau) by full-batch Adam (`hidden=()`: a softmax regression)."""
     x, q = jnp.asarray(x, jnp.float32), jnp.asarray(q, jnp.float32)
     params = _init(jax.random.key(seed), (x.shape[1], *hidden, 4))
     opt = optax.adam(lr)
@@ -75,8 +72,28 @@ def fit_chooser(x, q, *, tau: float, hidden=(), steps: int = 2000, lr: float = 3
 
         return jax.lax.scan(step, (p, opt.init(p)), None, length=steps)[0][0]
 
-    fitted = fit(params)
+    return fit(params)
+
+
+def fit_chooser(x, q, *, tau: float, hidden=(), **kwargs):
+    """Fit a chooser on inputs `x` to the soft targets of `q`; returns `probs(x) -> (M, 4)`.
+
+    `hidden=()` is a softmax regression; `hidden=(64, 64)` a small MLP.
+    """
+    fitted = _fit_params(x, q, tau=tau, hidden=hidden, **kwargs)
     return lambda inputs: np.asarray(jax.nn.softmax(_apply(fitted, jnp.asarray(inputs, jnp.float32)), -1))
+
+
+def fit_tag_source(train: Decisions, limits: dict, *, tau: float, hidden=()):
+    """A jittable tag source `fn(features, prev_tags, done, time_s, key) -> tags`: the argmax of a chooser
+    fit on the prompt's five numbers. Played, it says what reading the prompt can win."""
+    fitted = _fit_params(prompt_inputs(train.features, limits), train.win, tau=tau, hidden=hidden)
+    scale = jnp.asarray([limits["bot_max_hp"], limits["npc_max_hp"], 5.0, 1.0, 42.4], jnp.float32)
+
+    def tags(features, prev_tags, done, time_s, key):
+        return jnp.argmax(_apply(fitted, features.astype(jnp.float32) / scale), axis=-1).astype(jnp.int32)
+
+    return tags
 
 
 def information_bound(train: Decisions, held_out: Decisions, limits: dict, *, tau: float) -> dict:

@@ -93,7 +93,19 @@ def _evaluate(args) -> None:
     from .evaluate import compare, markdown, write_report
     from .model import TagModel
 
-    model = TagModel.load(limits=_scenario_limits(args.scenario), adapter=args.adapter)
+    limits = _scenario_limits(args.scenario)
+    model = TagModel.load(limits=limits, adapter=args.adapter)
+    extra = {}
+    if args.bound_data:
+        # What reading the prompt can win: choosers fit on the five numbers, played beside L.
+        from .bound import fit_tag_source
+        from .data import load_split
+
+        train_split = load_split(args.bound_data, "train")
+        extra = {
+            "prompt-logistic": fit_tag_source(train_split, limits, tau=0.05),
+            "prompt-mlp": fit_tag_source(train_split, limits, tau=0.05, hidden=(64, 64)),
+        }
     report = compare(
         model,
         model.adapter,
@@ -104,6 +116,7 @@ def _evaluate(args) -> None:
         seed=args.seed,
         price_states=args.price_states,
         rollouts=args.rollouts,
+        extra_choosers=extra,
     )
     report["adapter"] = {"spec": args.adapter, "checksum": adapter_checksum(model.adapter)}
     out = write_report(report, args.out)
@@ -158,6 +171,11 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--seed", type=int, default=0, help="the protocol's seed: episodes pair with its cells")
     e.add_argument("--price-states", type=int, default=0, help="decisions per bot priced by the oracle (0: none)")
     e.add_argument("--rollouts", type=int, default=8, help="the oracle's playouts per tag when pricing")
+    e.add_argument(
+        "--bound-data",
+        default=None,
+        help="a dataset: also play a softmax regression and an MLP fit on its prompts' numbers (the prompt's bound)",
+    )
     e.add_argument("--out", required=True, help="directory for study.json and study.md")
     e.set_defaults(fn=_evaluate)
     return p

@@ -55,9 +55,14 @@ def compare(
     price_states: int = 0,
     rollouts: int = 8,
     n_boot: int = 10_000,
+    extra_choosers: dict | None = None,
     progress=print,
 ) -> dict:
-    """The study's numbers per bot (see the module docstring); `model` is a `TagModel`."""
+    """The study's numbers per bot (see the module docstring); `model` is a `TagModel`.
+
+    `extra_choosers` maps a name to a plain tag source (e.g. `bound.fit_tag_source`), each played on
+    the same episodes and reported with its paired difference from B.
+    """
     import jaxarena
     from jaxarena.algorithms.checkpoint import load_policy
     from jaxarena.oracle import make_pricer
@@ -74,6 +79,9 @@ def compare(
     hold = make_runner(env, params0, policy, hold_tags, episodes)
     choosers = {"B": model.arrays(model.zero_adapter()), "L": model.arrays(adapter)}
     pricer = make_pricer(env, params0, policy, price_states, rollouts=rollouts) if record else None
+    extra_programs = {
+        name: make_runner(env, params0, policy, source, episodes) for name, source in (extra_choosers or {}).items()
+    }
     report = {"scenario": scenario, "policy": policy_spec, "episodes": episodes, "seed": seed, "bots": {}}
     for bot in bots:
         _, params = jaxarena.make(env_id, bot=bot, scenario=scenario)
@@ -82,6 +90,8 @@ def compare(
         for name, arrays in choosers.items():
             state = {"arrays": arrays, "cache": model.source.init_cache()}
             results[name] = jax.block_until_ready(play(policy_params, params, key, tag_state=state))
+        for name, program in extra_programs.items():
+            results[name] = program(policy_params, params, key)
         fixed = [hold(policy_params, params, key, np.int32(t)) for t in range(NUM_TAGS)]
         wins = {name: np.asarray(r.outcome == NPC_WIN, np.float64) for name, r in results.items()}
         fixed_wins = [np.asarray(r.outcome == NPC_WIN, np.float64) for r in fixed]
@@ -97,6 +107,10 @@ def compare(
         row["fixed_win_pct"] = [100 * float(w.mean()) for w in fixed_wins]
         row["best_fixed_tag"] = TAG_NAMES[best]
         row["L_minus_B"] = [100 * x for x in paired_bootstrap_diff(wins["L"], wins["B"], n_boot=n_boot, seed=seed)]
+        for name in extra_programs:
+            row[name]["minus_B"] = [
+                100 * x for x in paired_bootstrap_diff(wins[name], wins["B"], n_boot=n_boot, seed=seed)
+            ]
         row["L_minus_best_fixed"] = [
             100 * x for x in paired_bootstrap_diff(wins["L"], fixed_wins[best], n_boot=n_boot, seed=seed)
         ]
@@ -104,7 +118,7 @@ def compare(
             np.asarray(results["B"].duration_s), np.asarray(results["L"].duration_s)
         )
         if record:
-            for name, r in results.items():
+            for name, r in ((k, results[k]) for k in choosers):
                 states, tags = _decision_states(r, price_states)
                 n = len(tags)
                 padded = jax.tree.map(lambda x, n=n: np.concatenate([x, np.repeat(x[:1], price_states - n, 0)]), states)
@@ -143,6 +157,16 @@ def markdown(report: dict) -> str:
             f"{r['best_fixed_tag']} {max(r['fixed_win_pct']):.0f}% | {f[0]:+.1f} [{f[1]:+.1f}, {f[2]:+.1f}] | "
             f"{' / '.join(f'{s:.2f}' for s in r['L']['tag_shares'])} | {r['mann_whitney_durations']['p']:.3g} |"
         )
+    extras = [k for k in next(iter(report["bots"].values())) if isinstance(k, str) and k.startswith("prompt-")]
+    if extras:
+        lines += ["", "| bot | " + " | ".join(f"{k} (− B, pp)" for k in extras) + " |", "|---|" + "---|" * len(extras)]
+        for bot, r in report["bots"].items():
+            cells = [
+                f"{r[k]['win_pct']:.0f}% ({r[k]['minus_B'][0]:+.1f} [{r[k]['minus_B'][1]:+.1f}, "
+                f"{r[k]['minus_B'][2]:+.1f}])"
+                for k in extras
+            ]
+            lines.append(f"| {bot} | " + " | ".join(cells) + " |")
     if any("regret" in r["L"] for r in report["bots"].values()):
         lines += [
             "",
