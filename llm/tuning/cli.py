@@ -72,6 +72,7 @@ def _train(args) -> None:
         group=args.group,
         inner_steps=args.inner_steps,
         kl_coef=args.kl_coef,
+        teacher=args.teacher,
     )
     limits = _scenario_limits(data_config["scenario"])
     if args.init_from:
@@ -150,6 +151,12 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--lr", type=float, default=2e-3)
     t.add_argument("--tau", type=float, default=0.05, help="SFT: the target is softmax(Q / tau)")
     t.add_argument("--beta", type=float, default=0.5, help="DPO: the preference temperature")
+    t.add_argument(
+        "--teacher",
+        choices=("logistic", "mlp"),
+        default=None,
+        help="SFT: learn the choices of this chooser fit to the oracle's values on the prompt's numbers",
+    )
     t.add_argument("--rank", type=int, default=8)
     t.add_argument("--alpha", type=float, default=16.0)
     t.add_argument("--targets", nargs="+", default=["q", "v"], help="projections to adapt (q k v o gate up down)")

@@ -72,6 +72,9 @@ class TrainConfig:
     clip_eps: float = 0.2
     kl_coef: float = 0.02
     init_from: str | None = None  # the adapter the run started from (None: a zero adapter)
+    # SFT only: learn the choices of a small chooser fit to the oracle's values on the prompt's five numbers
+    # ("logistic" or "mlp", `bound.fit_chooser`) instead of the values themselves; None: the values.
+    teacher: str | None = None
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -295,12 +298,33 @@ def _mean_stats(stats: list) -> dict:
 def _batch_pool(config: TrainConfig, model: TagModel, data: Decisions) -> dict:
     """What batches are drawn from: states (SFT) or separated pairs with reference logits (DPO)."""
     if config.method == "sft":
-        return {"features": data.features, "win": data.win}
+        return {"features": data.features, "win": _teacher_targets(config, model, data)}
     states, better, worse = separated_pairs(data.win, data.rollouts)
     if len(states) == 0:
         raise ValueError("no tag pairs in the training data differ by more than their CIs; price with more rollouts")
     ref = np.log(np.maximum(model.probs(data.features, model.zero_adapter()), 1e-30))
     return {"features": data.features[states], "ref_logits": ref[states], "better": better, "worse": worse}
+
+
+TEACHERS = {"logistic": (), "mlp": (64, 64)}
+
+
+def _teacher_targets(config: TrainConfig, model: TagModel, data: Decisions) -> np.ndarray:
+    """SFT's values: the oracle's win rates, or a teacher's choices one-hot (see `TrainConfig.teacher`).
+
+    The oracle's values are noisy (K playouts) and mostly favour one tag; a chooser fit to them on the
+    same five numbers the prompt shows turns them into a consistent rule of the prompt, which is
+    easier to learn and is, by construction, what the prompt can carry.
+    """
+    if config.teacher is None:
+        return data.win
+    if config.teacher not in TEACHERS:
+        raise ValueError(f"unknown teacher {config.teacher!r}; choose from {', '.join(TEACHERS)}")
+    from .bound import fit_chooser, prompt_inputs
+
+    x = prompt_inputs(data.features, model.source.lines.limits)
+    probs = fit_chooser(x, data.win, tau=config.tau, hidden=TEACHERS[config.teacher])(x)
+    return np.eye(4, dtype=np.float32)[np.argmax(probs, axis=-1)]
 
 
 def _draw(pool: dict, config: TrainConfig, step: int) -> dict:
