@@ -96,16 +96,18 @@ def test_offline_methods_learn_a_synthetic_rule(model, method, tmp_path):
 
 @pytest.mark.slow
 def test_grpo_update_learns_a_synthetic_rule_from_rewards(model):
-    # A KL anchor to the base model keeps the sampling distribution from collapsing onto the majority tag
-    # before the rule is found (with kl_coef 0 and lr 3e-3 it collapsed to tag 1 everywhere).
-    config = GRPOConfig(states=16, group=8, inner_steps=2, lr=1e-3, kl_coef=0.05)
+    # Half the states on each side of the threshold: with the HP < 100 rule (a third of the states) the
+    # sampled tags collapsed onto the majority answer before the rule was found, after which every group
+    # of the minority states drew no winning tag and carried no signal (seen with kl_coef 0 and 0.05).
+    threshold = 150.0
+    config = GRPOConfig(states=16, group=8, inner_steps=2, lr=2e-3, kl_coef=0.05, sample_temperature=1.5)
     optimizer = optax.adam(config.lr)
     update = make_grpo_update(model, config, optimizer)
 
     @jax.jit
     def step(adapter, opt_state, base, features, key):
         tags = sample_group(model, base, adapter, features, key, config)
-        want = jnp.where(features[:, 0] < 100, RULE_TAG, DEFAULT_TAG)
+        want = jnp.where(features[:, 0] < threshold, RULE_TAG, DEFAULT_TAG)
         rewards = (tags == want[:, None]).astype(jnp.float32)
         return update(adapter, opt_state, base, features, tags, rewards)
 
@@ -114,9 +116,10 @@ def test_grpo_update_learns_a_synthetic_rule_from_rewards(model):
     for i in range(60):
         f = jnp.asarray(random_features(config.states, 100 + i))
         adapter, opt_state, stats = step(adapter, opt_state, model.base, f, jax.random.key(i))
-    held_out = synthetic(96, seed=1)
-    metrics = choice_metrics(model.probs(held_out.features, adapter), held_out.win)
-    assert metrics["agreement"] >= 0.9, metrics
+    held_out = random_features(96, seed=1)
+    want = np.where(held_out[:, 0] < threshold, RULE_TAG, DEFAULT_TAG)
+    chosen = np.argmax(model.probs(held_out, adapter), axis=-1)
+    assert np.mean(chosen == want) >= 0.9, np.bincount(chosen, minlength=4)
     assert np.isfinite(float(stats["loss"]))
 
 
