@@ -97,8 +97,7 @@ class GGUFGenerator:
     Thread-safe (one batch at a time). Compiled programs are keyed by
     (batch bucket, suffix bucket, prefix blocks) and reused for the life of the
     object. `dtype=jnp.float32` runs in float32 (slower; used by tests for tight
-    comparisons); the default keeps the bf16 weights. `adapter` (a directory or a
-    `lora.LoadedAdapter`) runs the model with a LoRA adapter, checked against this model.
+    comparisons); the default keeps the bf16 weights. `adapter`: a LoRA adapter (directory or loaded).
     """
 
     def __init__(
@@ -121,15 +120,12 @@ class GGUFGenerator:
         self.fields = loaded.fields
         self.gguf_path, self.sha256 = loaded.gguf_path, loaded.sha256
         self.tokenizer = ChatTokenizer(loaded.fields)
-        #: The model's own weights; `params` adds the LoRA adapter, if any (`lora.attach`).
+        # `base_params` are the model's own weights; `params` add the LoRA adapter, if any (`lora.attach`).
         self.base_params = M.params_to_device(loaded.weights, dtype)
-        #: The `lora.LoadedAdapter` this generator runs with (given loaded, or as a directory), or None.
         if adapter is not None and not isinstance(adapter, lora.LoadedAdapter):
             adapter = lora.load_adapter(adapter, self.cfg, self.sha256)
         self.adapter = adapter
-        self.params = (
-            self.base_params if adapter is None else lora.attach(self.base_params, adapter.adapter, adapter.lora)
-        )
+        self.params = lora.attach(self.base_params, adapter and adapter.adapter, adapter and adapter.lora)
         self.max_new_tokens = int(max_new_tokens)
         self.top_k = int(top_k)
         self.seed = int(seed)
