@@ -31,15 +31,17 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from jaxarena.files import write_atomic
 
 from .weights import ModelConfig
 
@@ -192,7 +194,9 @@ def save_adapter(
     """
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
-    _atomic(out / ARRAYS_FILE, lambda f: np.savez(f, **_flat(adapter)))
+    arrays = io.BytesIO()
+    np.savez(arrays, **_flat(adapter))
+    write_atomic(out / ARRAYS_FILE, arrays.getvalue())
     full = {
         "format": ADAPTER_FORMAT,
         "kind": "llm-adapter",
@@ -201,20 +205,8 @@ def save_adapter(
         "checksum": adapter_checksum(adapter),
         **(card or {}),
     }
-    _atomic(out / CARD_FILE, lambda f: f.write(json.dumps(full, indent=2, sort_keys=True).encode()))
+    write_atomic(out / CARD_FILE, json.dumps(full, indent=2, sort_keys=True))
     return out
-
-
-def _atomic(dest: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide a shared adapter from other users
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,9 +28,9 @@ and `prompts` (M,) str: the exact user message of the prompt.
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxarena.files import write_atomic
 from jaxarena.names import BOT_TYPES, NUM_TAGS
 
 SPLITS = ("train", "eval")
@@ -85,14 +86,9 @@ def random_tags(features, prev_tags, done, time_s, key):
 
 
 def _atomic_savez(dest: Path, **arrays) -> None:
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".npz")
-    os.close(fd)
-    try:
-        np.savez(tmp, **arrays)
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    write_atomic(dest, buffer.getvalue())
 
 
 def _check_config(root: Path, config: DataConfig) -> None:

@@ -23,9 +23,9 @@ model and the tuned one, per bot.
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
-import tempfile
 import time
 from collections.abc import Callable
 from functools import partial
@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxarena.files import write_atomic
 from jaxarena.names import BOT_TYPES
 
 from ..lora import LoraConfig, save_adapter
@@ -125,22 +126,18 @@ def _loss_fn(model: TagModel, config: TrainConfig):
     return {"sft": sft, "dpo": dpo}[config.method]
 
 
-def _atomic_write(dest: Path, write: Callable) -> None:
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def _bytes_of(write: Callable) -> bytes:
+    """What `write(file)` writes, as bytes (for `write_atomic`)."""
+    buffer = io.BytesIO()
+    write(buffer)
+    return buffer.getvalue()
 
 
 def _save_checkpoint(out: Path, step: int, adapter, opt_state, history: list, config: TrainConfig) -> None:
     leaves = jax.tree.leaves((adapter, opt_state))
     arrays = {f"leaf{i:04d}": np.asarray(x) for i, x in enumerate(leaves)}
     meta = json.dumps({"step": step, "history": history, "config": config.to_json()})
-    _atomic_write(out / CHECKPOINT, lambda f: np.savez(f, meta=np.asarray(meta), **arrays))
+    write_atomic(out / CHECKPOINT, _bytes_of(lambda f: np.savez(f, meta=np.asarray(meta), **arrays)))
 
 
 def _load_checkpoint(out: Path, like, config: TrainConfig):
@@ -179,7 +176,7 @@ def _plot(out: Path, history: list, method: str) -> None:
         ax.grid(alpha=0.3)
     fig.suptitle(f"tag model fine-tuning ({method.upper()})")
     fig.tight_layout()
-    _atomic_write(out / "curves.png", lambda f: fig.savefig(f, format="png", dpi=110))
+    write_atomic(out / "curves.png", _bytes_of(lambda f: fig.savefig(f, format="png", dpi=110)))
     plt.close(fig)
 
 
@@ -345,7 +342,7 @@ def _record(step: int, train_stats: dict, metrics: dict) -> dict:
 
 def _write_history(out: Path, history: list) -> None:
     text = "".join(json.dumps(h) + "\n" for h in history)
-    _atomic_write(out / "metrics.jsonl", lambda f: f.write(text.encode()))
+    write_atomic(out / "metrics.jsonl", text)
 
 
 def _finish(config, model, adapter, eval_data, out, step, progress) -> Path:
