@@ -91,6 +91,13 @@ def _atomic_savez(dest: Path, **arrays) -> None:
     write_atomic(dest, buffer.getvalue())
 
 
+def spread_decisions(result, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """(periods, lanes) of up to `count` decisions really made in a rollout, evenly spread over them."""
+    periods, lanes = np.nonzero(np.asarray(result.decision_active))
+    pick = np.unique(np.linspace(0, len(periods) - 1, min(count, len(periods))).round().astype(int))
+    return periods[pick], lanes[pick]
+
+
 def _check_config(root: Path, config: DataConfig) -> None:
     path = root / "config.json"
     if path.exists():
@@ -139,13 +146,11 @@ def build_dataset(
                 run = make_runner(env, params, policy, tags, config.episodes, record_states=True)
                 kwargs = {"tag_state": tag_state} if source == "llm" else {}
                 result = run(policy_params, params, key, **kwargs)
-                periods, lanes = np.nonzero(np.asarray(result.decision_active))
-                pick = np.unique(np.linspace(0, len(periods) - 1, config.states_per_part).round().astype(int))
-                periods, lanes = periods[pick], lanes[pick]
+                periods, lanes = spread_decisions(result, config.states_per_part)
                 states = jax.tree.map(lambda x, p=periods, n=lanes: x[p, n], result.decision_states)
                 features = np.asarray(result.decision_features)[periods, lanes]
-                if pricer is None or pricer[0] != len(pick):
-                    pricer = (len(pick), make_pricer(env, params, policy, len(pick), rollouts=config.rollouts))
+                if pricer is None or pricer[0] != len(periods):
+                    pricer = (len(periods), make_pricer(env, params, policy, len(periods), rollouts=config.rollouts))
                 values = pricer[1](policy_params, params, states, jax.random.fold_in(key, 1))
                 probs = tag_model.probs(features)
                 _atomic_savez(
@@ -161,7 +166,7 @@ def build_dataset(
                     prompts=np.asarray(tag_model.prompt_texts(features)),
                 )
                 progress(
-                    f"{dest.name}: {len(pick)} states priced with K={config.rollouts} "
+                    f"{dest.name}: {len(periods)} states priced with K={config.rollouts} "
                     f"in {time.perf_counter() - t0:.1f} s (best tag counts {np.bincount(values.best, minlength=4)})"
                 )
     return root

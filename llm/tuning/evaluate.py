@@ -37,9 +37,9 @@ def _tag_shares(result) -> list[float]:
 
 def _decision_states(result, count: int):
     """Up to `count` of a rollout's decision states (evenly spread) and their tags."""
-    periods, lanes = np.nonzero(np.asarray(result.decision_active))
-    pick = np.unique(np.linspace(0, len(periods) - 1, min(count, len(periods))).round().astype(int))
-    p, n = periods[pick], lanes[pick]
+    from .data import spread_decisions
+
+    p, n = spread_decisions(result, count)
     return jax.tree.map(lambda x: x[p, n], result.decision_states), np.asarray(result.decision_tags)[p, n]
 
 
