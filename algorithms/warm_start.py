@@ -94,7 +94,7 @@ def keep_fresh_experts(warm_params, fresh_params, tags):
     For retraining one tag's expert whose warm start has settled on another
     intent: raid's Retreat expert, warm-started, fought back when caught and
     kept its far share below Surround's under every pay we tried; a fresh one
-    learned to scatter (docs/training.md, "Stop 9").
+    learned to scatter (docs/training.md, "The per-tag expert squads").
     """
     mask = expert_mask(warm_params, tags)
     return jax.tree.map(lambda is_fresh, warm, fresh: fresh if is_fresh else warm, mask, warm_params, fresh_params)

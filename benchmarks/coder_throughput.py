@@ -1,4 +1,4 @@
-"""How fast the coder's reward scores candidate programs: candidates/min, compile included (issue #13's target: 100).
+"""How fast the coder's reward scores candidate programs: candidates/min, compile included (target: 100).
 
     python benchmarks/coder_throughput.py                                  # 32 candidates, batches of 4
     python benchmarks/coder_throughput.py --candidates 16 --batch 8 --one-at-a-time 2

@@ -48,7 +48,7 @@ SQUADS = {
     "KITE": (kite_policy, 0),
     "SURROUND": (surround_policy, 0),
     "FLANK": (flank_policy, 0),
-    # Flank by the bot's facing, in two distance bands (docs/training.md, "Stop 7").
+    # Flank by the bot's facing, in two distance bands (docs/history/obeying-tags.md).
     "SIDES 5-7.5u": (make_side_keeper(5.0, 7.5), 0),
     "SIDES 6-11u": (make_side_keeper(6.0, 11.0), 0),
     "HYBRID": (hybrid_policy, 0),

@@ -11,7 +11,7 @@ seeded episodes with its 95% CI (mean +- 1.96 standard errors). Every cell
 replays the same seeded starts, and so does the reference A, so tags and
 policies are compared on paired episodes.
 
-Targets (issue #11): for every bot, each measure is best under its own tag
+Targets: for every bot, each measure is best under its own tag
 with CIs apart from every other tag's (`own_tag_best`), and B's best tag
 wins within 5 points of A (`best_tag_gap_points` <= 5). Prints one JSON
 line per (bot, tag) and a summary line; `--markdown` adds the tables.
@@ -95,7 +95,7 @@ def main():
             }
             print(json.dumps(row), flush=True)
         own = {TAG_NAMES[t]: own_tag_best(cells[m], t, DIRECTION[t]) for t, m in enumerate(MEASURES)}
-        # Flank's measure before issue #11's eighth stop, at any distance (jaxarena.intents), still reported.
+        # Flank's earlier measure, at any distance (jaxarena.intents), still reported.
         flank_lateral = own_tag_best(cells["lateral_share"], FLANK, DIRECTION[FLANK])
         best = int(np.argmax(wins))
         gap = 100 * (a_rate - wins[best] / args.episodes)

@@ -1,1 +1,1 @@
-"""LLM-written white-box squad policies (issue #13, seed 002): language, sandbox, scoring, loop."""
+"""LLM-written white-box squad policies (after SMAC-R1): language, sandbox, scoring, loop."""

@@ -1,4 +1,4 @@
-"""The planner -> coder -> critic loop of seed 002 (SMAC-R1 §3.2), with K candidates per round and R rounds.
+"""The planner -> coder -> critic loop of SMAC-R1 (§3.2), with K candidates per round and R rounds.
 
 Round r:
 1. plan: in round 1, and whenever the previous critic said [Change Tactic],
@@ -40,7 +40,7 @@ from jaxarena.scenarios import DEFAULT_SCENARIO, scenario_overrides
 from .extract import extract_code
 from .scoring import Score, ScoreConfig, score_sources
 
-#: The Ollama model the docs' reproduction command uses (a code model, as seed 002's coder).
+#: The Ollama model the docs' reproduction command uses (a code model, as SMAC-R1's coder).
 DEFAULT_OLLAMA_MODEL = "qwen2.5-coder:7b"
 #: Config fields that may change when a run resumes (they do not change what was recorded).
 RESUMABLE = ("rounds", "host", "timeout_s")

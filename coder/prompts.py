@@ -1,4 +1,4 @@
-"""The planner, coder and critic prompts of seed 002 (SMAC-R1 §3, Appendix A), adapted to the arena.
+"""The planner, coder and critic prompts of SMAC-R1 (§3, Appendix A), adapted to the arena.
 
 - planner: plans at most 3 tactics (skills) from the task (unit stats and
   arena layout read from `EnvParams`), the last results and the skill
@@ -31,7 +31,7 @@ from .scoring import Score
 
 PLANNER, CODER, CRITIC = "planner", "coder", "critic"
 CHANGE, IMPROVE = "change", "improve"
-#: The critic's two answers (seed 002, Table 9) and what the loop does next.
+#: The critic's two answers (SMAC-R1, Table 9) and what the loop does next.
 DECISIONS = {"[Change Tactic]": CHANGE, "[Improve Tactic]": IMPROVE}
 
 _BOTS = {
@@ -47,7 +47,7 @@ _BOTS = {
 def task_information(
     params: EnvParams, scenario: str = "paper", episodes_per_bot: int = 1000, bots: Sequence[str] = BOT_TYPES
 ) -> str:
-    """Units, arena and task (seed 002's TASK INFORMATION), read from the scenario's `EnvParams`."""
+    """Units, arena and task (SMAC-R1's TASK INFORMATION), read from the scenario's `EnvParams`."""
     p = {k: np.asarray(v).tolist() for k, v in vars(params).items()}
     boxes = "; ".join(f"({b[0]:g}, {b[1]:g})-({b[2]:g}, {b[3]:g})" for b in p["boxes"])
     ns, bs = p["npc_spawn"], p["bot_spawn"]
@@ -80,7 +80,7 @@ def task_information(
 
 
 def describe_result(score: Score) -> str:
-    """The rollout result in words (seed 002's RESULT): the error, or per-bot outcomes and statistics."""
+    """The rollout result in words (SMAC-R1's RESULT): the error, or per-bot outcomes and statistics."""
     if score.status == "no_code":
         return "No program could be extracted from the reply (reward -1): answer with one ```python block."
     if score.status == "error":
@@ -131,7 +131,7 @@ def parse_skills(plan: str) -> list[str]:
 
 
 def describe_skills(skills: Mapping[str, Mapping[str, float]]) -> str:
-    """The skill pool with each skill's score r_i and use count (seed 002's h(s_i, r_i))."""
+    """The skill pool with each skill's score r_i and use count (SMAC-R1's h(s_i, r_i))."""
     if not skills:
         return "No tactics have been tried yet."
     rows = sorted(skills.items(), key=lambda kv: -kv[1]["r"])

@@ -73,7 +73,7 @@ def write_report(run_dir: Path, config, events: list[dict], task: str) -> dict |
         critic = critics.get(r, {}).get("decision", "")
         out.append(f"| {r} | {step} | {' '.join(f'{x:+.3f}' for x in rewards)} | {max(rewards):+.3f} | {critic} |")
     skills = scored[-1]["skills"] if scored else {}
-    out += ["", "## Skills (seed 002's r_i: running mean of rollout win rates; a failed program counts 0)", ""]
+    out += ["", "## Skills (SMAC-R1's r_i: running mean of rollout win rates; a failed program counts 0)", ""]
     if skills:
         out += ["| skill | r | rollouts |", "|---|---|---|"]
         out += [

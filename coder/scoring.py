@@ -1,4 +1,4 @@
-"""The coder's reward (seed 002): -1 no code, -0.5 a program that fails, else its win rate.
+"""The coder's reward (SMAC-R1): -1 no code, -0.5 a program that fails, else its win rate.
 
     from jaxarena.coder.scoring import ScoreConfig, score_replies
     scores = score_replies([reply_text, ...], ScoreConfig(episodes_per_bot=1000))

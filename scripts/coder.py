@@ -1,4 +1,4 @@
-"""The planner -> coder -> critic loop (seed 002): a thin wrapper over `jaxarena.coder.cli`.
+"""The planner -> coder -> critic loop (SMAC-R1): a thin wrapper over `jaxarena.coder.cli`.
 
 python scripts/coder.py --llm embedded --k 2 --rounds 1
 python scripts/coder.py --help

@@ -64,3 +64,16 @@ def test_readme_environment_example_runs():
     assert np.isfinite(np.asarray(rewards)).all()
     chex.assert_shape(namespace["state"].npc_pos, (8, env.num_agents, 2))
     assert (np.asarray(namespace["state"].t) > 0).all(), "the arenas did not advance"
+
+
+def test_code_speaks_of_the_project():
+    """Docstrings, CLI help and messages in the library, scripts and benchmarks cite papers by title too."""
+    folders = ["jaxarena", "algorithms", "llm", "protocol", "coder", "selector", "scripts", "benchmarks"]
+    hits = [
+        f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+        for folder in folders
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if INTERNAL.search(line)
+    ]
+    assert not hits, "say these in the project's words:\n" + "\n".join(hits)
