@@ -33,3 +33,38 @@ def still_bot():
 
 def actions(*values):
     return jnp.asarray(values, jnp.int32)
+
+
+# --- Test tiers -------------------------------------------------------------------------------
+# Every test is marked by the layer it checks, from its folder (or, at the top level, its
+# module), so `pytest -m core` runs the environment and its API alone and `-m "llm and not slow"`
+# one layer. `slow` (long rollouts, training runs, measured claims) is set per test.
+LAYER_OF_FOLDER = {
+    "algorithms": "train",
+    "llm": "llm",
+    "protocol": "protocol",
+    "selector": "selector",
+    "coder": "coder",
+}
+# Top-level modules that check analysis tools built on the env, not the env itself.
+ANALYSIS_MODULES = {"test_oracle", "test_intents", "test_history", "test_learned_bot"}
+
+
+def layer_of(path) -> str:
+    """The tier marker of a test file: its folder's layer, else core or analysis."""
+    folder = path.parent.name
+    if folder in LAYER_OF_FOLDER:
+        return LAYER_OF_FOLDER[folder]
+    return "analysis" if path.stem in ANALYSIS_MODULES else "core"
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m selection reads the markers
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        item.add_marker(getattr(pytest.mark, layer_of(item.path)))
+    # Slow tests run only when the -m expression names them: `-m core` stays the fast inner loop.
+    if "slow" not in (config.option.markexpr or ""):
+        slow = [item for item in items if item.get_closest_marker("slow")]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if not item.get_closest_marker("slow")]
