@@ -96,13 +96,13 @@ def test_the_embedded_llm_without_its_weights_package_is_one_line_with_the_insta
 
 
 def test_the_console_script_exits_2_with_one_line_and_debug_prints_the_traceback(tmp_path):
-    from jaxarena.protocol import cli
+    from jaxarena.coder import cli  # the lightest of the scripts to start: this runs it twice
 
     argv = [sys.executable, "-m", cli.__name__, "--llm", f"gguf:{tmp_path}/missing.gguf", "--out", str(tmp_path)]
     plain = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert plain.returncode == 2 and plain.stdout == ""
     assert plain.stderr.strip().splitlines() == [
-        f"jaxarena-evaluate: error: GGUF file not found: {tmp_path}/missing.gguf (give the path of a local .gguf "
+        f"jaxarena-coder: error: GGUF file not found: {tmp_path}/missing.gguf (give the path of a local .gguf "
         "file, or ollama:NAME[:TAG] for a model pulled with Ollama)"
     ]
     debug = subprocess.run([*argv, "--debug"], capture_output=True, text=True, timeout=120)
