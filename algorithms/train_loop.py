@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxarena.cli_errors import ArgumentParser, UserError, cli_main
 from jaxarena.registry import ARENA_IDS
 from jaxarena.scenarios import SCENARIOS
 from jaxarena.types import BOT_TYPES
@@ -36,7 +37,7 @@ YNN_FLAG = "--xla_cpu_experimental_ynn_fusion_type="
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="jaxarena-train", description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="jaxarena-train", description=__doc__.split("\n\n")[0])
     p.add_argument("--combination", choices=("A", "B"), default=None, help="A (default for a new run) or B")
     p.add_argument("--total-steps", type=float, default=None, help="env steps (arena ticks), e.g. 2e7")
     p.add_argument("--out", required=True, help="run directory (config, checkpoints, metrics, plot)")
@@ -79,7 +80,7 @@ def _config_from_args(args, base: PPOConfig | None) -> PPOConfig:
     for item in args.set:
         key, _, raw = item.partition("=")
         if key not in fields:
-            raise SystemExit(f"--set: unknown PPOConfig field {key!r}; fields: {sorted(fields)}")
+            raise UserError(f"--set: unknown PPOConfig field {key!r}; fields: {sorted(fields)}")
         try:
             changes[key] = json.loads(raw)  # numbers, true/false, lists
         except json.JSONDecodeError:
@@ -87,7 +88,7 @@ def _config_from_args(args, base: PPOConfig | None) -> PPOConfig:
     if base is not None:
         fixed = {k for k in changes if k not in ("total_timesteps",) and changes[k] != fields[k]}
         if fixed:
-            raise SystemExit(f"resuming: cannot change {sorted(fixed)} of an existing run (use --fresh or a new --out)")
+            raise UserError(f"resuming: cannot change {sorted(fixed)} of an existing run (use --fresh or a new --out)")
     return cfg.replace(**changes)
 
 
@@ -187,6 +188,7 @@ def plot_curves(rows: list[dict], path: Path, title: str = "") -> Path | None:
     return path
 
 
+@cli_main("jaxarena-train")
 def main(argv=None) -> int:
     args = parse_args(argv)
     # Set before JAX creates its CPU backend (importing jax does not). Measured
@@ -203,7 +205,7 @@ def main(argv=None) -> int:
     run_dir = Path(args.out)
     existing = has_checkpoint(run_dir)
     if args.resume and not existing:
-        raise SystemExit(f"--resume: no checkpoint in {run_dir}")
+        raise UserError(f"--resume: no checkpoint in {run_dir}")
     if args.fresh and run_dir.exists():
         for name in ("checkpoints", "metrics.csv", "metrics.jsonl", "config.json", "learning_curve.png"):
             target = run_dir / name
@@ -225,7 +227,7 @@ def main(argv=None) -> int:
         if (src_net["hidden"], src_net["activation"]) != (dst_net["hidden"], dst_net["activation"]) or (
             src_net.get("tag_experts") and not dst_net.get("tag_experts")
         ):
-            raise SystemExit(f"--init-from {config.init_from}: network {src_net} differs from this run's {dst_net}")
+            raise UserError(f"--init-from {config.init_from}: network {src_net} differs from this run's {dst_net}")
         try:
             rows = input_rows(
                 obs_size_of(src_config),
@@ -240,7 +242,7 @@ def main(argv=None) -> int:
             params = widen_params(src_params, runner.train_state.params, rows)
             params = keep_fresh_experts(params, runner.train_state.params, config.fresh_tags)
         except ValueError as exc:
-            raise SystemExit(
+            raise UserError(
                 f"--init-from {config.init_from} ({src_config.env_id}, {src_net}) cannot seed this run "
                 f"({config.env_id}, {dst_net}): {exc}"
             ) from None
@@ -250,7 +252,7 @@ def main(argv=None) -> int:
         try:
             runner = ckpt.restore(runner)
         except (ValueError, KeyError, TypeError) as exc:
-            raise SystemExit(
+            raise UserError(
                 f"cannot resume {run_dir}: its checkpoint does not match this version's runner state "
                 f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}). "
                 "Checkpoints written before jaxarena kept episode returns in a LogWrapper cannot be resumed; "

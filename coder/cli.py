@@ -15,11 +15,12 @@ import os
 import sys
 from pathlib import Path
 
+from jaxarena.cli_errors import ArgumentParser, cli_main
 from jaxarena.names import BOT_TYPES
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="jaxarena-coder",
         description=__doc__.split("\n\n")[0],
         epilog=__doc__.split("\n\n", 1)[1],
@@ -45,46 +46,41 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@cli_main("jaxarena-coder")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from jaxarena.llm.backends import parse_llm_spec
 
-    try:
-        backend_name, _ = parse_llm_spec(args.llm)
-    except ValueError as exc:
-        print(f"jaxarena-coder: error: --llm: {exc}", file=sys.stderr)
-        return 2
+    backend_name, _ = parse_llm_spec(args.llm)  # a ValueError naming the accepted forms
     if backend_name == "ollama" and "jax" not in sys.modules:
         # Scoring is env-heavy: XLA's YNNPACK fusions halve the arena's speed on CPU (README, "Speed"). Not with
         # an in-process model, whose matrix products they speed up. Only before JAX is imported: afterwards
         # the flag would not reach this process, only leak into its children (e.g. a caller's test servers).
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_experimental_ynn_fusion_type=").strip()
 
-    from .loop import Loop, LoopConfig, LoopError, run_name
+    from .loop import Loop, LoopConfig, run_name
 
+    # A LoopError (bad settings, an LLM that cannot answer) is the one error line of `cli_main`.
+    config = LoopConfig(
+        llm=args.llm,
+        model=args.model,
+        host=args.host,
+        k=args.k,
+        rounds=args.rounds,
+        seed=args.seed,
+        episodes_per_bot=args.episodes_per_bot,
+        scenario=args.scenario,
+        bots=tuple(args.bots),
+        lanes=args.lanes,
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        timeout_s=args.timeout_s,
+        gif_bot=args.gif_bot,
+    )
+    run_dir = Path(args.out) / (args.run or run_name(config))
+    loop = Loop(config, run_dir, progress=None if args.no_progress else lambda line: print(line, flush=True))
     try:
-        config = LoopConfig(
-            llm=args.llm,
-            model=args.model,
-            host=args.host,
-            k=args.k,
-            rounds=args.rounds,
-            seed=args.seed,
-            episodes_per_bot=args.episodes_per_bot,
-            scenario=args.scenario,
-            bots=tuple(args.bots),
-            lanes=args.lanes,
-            max_tokens=args.max_tokens,
-            temperature=args.temperature,
-            timeout_s=args.timeout_s,
-            gif_bot=args.gif_bot,
-        )
-        run_dir = Path(args.out) / (args.run or run_name(config))
-        loop = Loop(config, run_dir, progress=None if args.no_progress else lambda line: print(line, flush=True))
         best = loop.run()
-    except LoopError as exc:
-        print(f"jaxarena-coder: error: {exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print(f"jaxarena-coder: interrupted; rerun the same command to resume {run_dir}", file=sys.stderr)
         return 130

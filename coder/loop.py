@@ -34,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from jaxarena.cli_errors import UserError
 from jaxarena.names import BOT_TYPES, bot_index
 from jaxarena.scenarios import DEFAULT_SCENARIO, scenario_overrides
 
@@ -46,7 +47,7 @@ DEFAULT_OLLAMA_MODEL = "qwen2.5-coder:7b"
 RESUMABLE = ("rounds", "host", "timeout_s")
 
 
-class LoopError(Exception):
+class LoopError(UserError):
     """A run that cannot start or go on (bad config, backend failure); the message says what to do."""
 
 
@@ -153,6 +154,7 @@ def make_loop_backend(config: LoopConfig):
         max_batch=config.k,
     )
     backend = make_backend(name, **kwargs)
+    check_backend(backend)  # before the generator loads the weights
     # The default suffix buckets stop at 512 tokens after the shared system prefix; a coder prompt that
     # carries a plan, a suggestion and the previous program needs more.
     generator = GGUFGenerator(
@@ -173,20 +175,10 @@ def generate(backend, prompts) -> list:
 
 
 def check_backend(backend) -> None:
-    """Fails early, with the backend's own advice, when an Ollama server or model is missing."""
-    if not hasattr(backend, "check"):
-        return
+    """Fails early, with the fix, when the LLM cannot answer (`jaxarena.llm.preflight`)."""
+    from jaxarena.llm.preflight import preflight
 
-    async def run():
-        try:
-            await backend.check()
-        finally:
-            await backend.aclose()
-
-    try:
-        asyncio.run(run())
-    except Exception as exc:  # BackendUnavailable and transport errors: the message is the advice
-        raise LoopError(str(exc)) from None
+    preflight(backend)
 
 
 # --- the run's record ----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-_HOW = "pass jax.random.key(seed) (or a jax.random.split of one)"
+_HOW = "pass jax.random.key(seed), e.g. jax.random.key(0), or a legacy jax.random.PRNGKey(0) (or a split of one)"
 
 
 def is_concrete(x) -> bool:

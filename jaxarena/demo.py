@@ -16,6 +16,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from .cli_errors import ArgumentParser, cli_main
 from .names import BOT_TYPES, OUTCOMES
 from .policies import random_policy
 from .registry import make
@@ -30,8 +31,11 @@ def random_squad_outcomes(bot: str, episodes: int, seed: int) -> np.ndarray:
     return np.asarray(run(None, params, jax.random.key(seed)).outcome)
 
 
+@cli_main("jaxarena-demo")
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(
+        prog="jaxarena-demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--episodes", type=int, default=1000, help="episodes per bot")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="out/demo", help="folder for the GIFs")

@@ -139,6 +139,12 @@ class LLMRun:
     def identity(self) -> dict:
         return backend_identity(self.backend())
 
+    def preflight(self) -> None:
+        """Raises `preflight.BackendUnavailable`, with the fix, if the backend cannot answer (one cheap check)."""
+        from .preflight import preflight
+
+        preflight(self.backend())
+
     def path(self) -> str:
         """ "host" or "graph", resolved once (its reason in `timings["llm_path_reason"]`)."""
         if self._path is None:

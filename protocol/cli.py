@@ -23,10 +23,12 @@ import datetime as _dt
 import hashlib
 import json
 import shutil
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from jaxarena.cli_errors import ArgumentParser, cli_main
 from jaxarena.llm.backends import LLM_SPECS, parse_llm_spec
 from jaxarena.llm.choice import DECODE_MODES
 from jaxarena.names import BOT_TYPES
@@ -36,6 +38,7 @@ from . import combinations
 from .config import C_ABLATIONS, DEFAULT_COMBINATIONS, DEFAULT_ORACLE_ROLLOUTS, LLM_PATHS, ProtocolConfig
 from .policies import policy_env_id
 from .runner import ProtocolRunner
+from .tables import fallback_warning
 
 
 def default_run_id(config: ProtocolConfig) -> str:
@@ -62,11 +65,15 @@ def evaluate(
     progress: bool = True,
     figures: bool = True,
     after_cell: Callable[[str, dict], None] | None = None,
+    preflight: bool = True,
 ) -> dict:
     """Runs (or resumes) the protocol and writes every output; returns the summary dict.
 
     cache_path: True (default) uses `<out>/llm_cache.jsonl`, shared by all runs
     under `out`, so a re-run is warm; a path uses that file; None/False disables it.
+    preflight: check the LLM before computing its cells, stopping with the fix
+    (`jaxarena.llm.preflight.BackendUnavailable`) if it cannot answer; without
+    it such a run plays on, every decision a fallback.
     """
     start = time.perf_counter()
     config = config or ProtocolConfig()
@@ -82,7 +89,9 @@ def evaluate(
 
     from .summary import write_outputs
 
-    runner = ProtocolRunner(config, run_dir, cache_path=cache_path, progress=progress, after_cell=after_cell)
+    runner = ProtocolRunner(
+        config, run_dir, cache_path=cache_path, progress=progress, after_cell=after_cell, preflight=preflight
+    )
     try:
         cells = runner.run()
         policies = {}
@@ -122,7 +131,7 @@ def _llm_spec(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="jaxarena-evaluate",
         description="Run the paper's evaluation protocol (Combinations A and B x 3 bots; optionally the other "
         "combinations of --combinations) and write episodes.csv, decisions.jsonl, summary.json, report.md and figures.",
@@ -175,6 +184,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cache", action="store_true", help="no prompt cache: every prompt goes to the LLM")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
+    p.add_argument(
+        "--no-preflight",
+        action="store_true",
+        help="do not check the LLM before its cells (one cheap request to the server; without it, a run whose "
+        "LLM cannot answer plays on with every decision a fallback)",
+    )
     return p
 
 
@@ -292,6 +307,7 @@ def config_from_args(args: argparse.Namespace) -> ProtocolConfig:
     )
 
 
+@cli_main("jaxarena-evaluate")
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -307,6 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cache_path=cache,
         progress=not args.no_progress,
         figures=not args.no_figures,
+        preflight=not args.no_preflight,
     )
     run_dir = Path(summary["run_dir"])
     tm = summary["timings"]
@@ -331,6 +348,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{'(in the simulation: graph path) ' if tm.get('llm_path') == 'graph' else ''}"
         f"(computed {len(tm['computed_cells'])}, resumed {len(tm['loaded_cells'])})"
     )
+    warning = fallback_warning(summary)
+    if warning:
+        print(f"jaxarena-evaluate: warning: {warning}", file=sys.stderr)
     return 0
 
 

@@ -105,6 +105,8 @@ class Combination:
     episode_sets: `cell -> [(label, episodes), ...]`, a stored cell's episode sets.
     check: `config -> None`, raises ValueError for options of this combination that cannot work.
     meta: `(context, config) -> dict`, identities for summary.json (e.g. the LLM's), where it plays.
+    preflight: `context -> None`, run once before the first of its cells is computed: raises, with the
+      fix in the message, where something its cells need cannot work (an LLM server that is down).
     identity_fields: config fields that only this combination reads: left out of the default run
       id unless it plays, so runs without it keep the ids they had before it existed.
     sections: the report sections it brings; a section applies by the config (the oracle's also
@@ -120,6 +122,7 @@ class Combination:
     episode_sets: Callable[[dict], list[tuple[str, dict]]] = _single_set
     check: Callable[[Any], None] = lambda config: None
     meta: Callable[[Any, Any], dict] = _nothing
+    preflight: Callable[[Any], None] = lambda context: None
     identity_fields: tuple[str, ...] = ()
     sections: tuple[ReportSection, ...] = ()
 

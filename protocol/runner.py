@@ -30,12 +30,17 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxarena.cli_errors import UserError
 from jaxarena.files import write_atomic
 from jaxarena.scenarios import DEFAULT_SCENARIO
 
 from .combinations import of_label
 from .config import CELL_FORMAT, ProtocolConfig, cell_key_data, cell_name
 from .context import RunContext
+
+
+class StoredCellMismatch(UserError, RuntimeError):
+    """A stored cell belongs to another release or configuration; the message says how to go on."""
 
 
 class ProtocolRunner:
@@ -49,6 +54,8 @@ class ProtocolRunner:
       progress: show a tqdm bar (cells, episodes, the combinations' counters, ETA).
       after_cell: called as `after_cell(name, cell)` once a cell is on disk
         (tests use it to simulate a kill between cells).
+      preflight: before computing any cell, let each combination with cells to compute check what
+        they need (`Combination.preflight`: its LLM answers), so a run that cannot work stops at once.
     """
 
     def __init__(
@@ -59,8 +66,10 @@ class ProtocolRunner:
         cache_path: str | os.PathLike | None = None,
         progress: bool = True,
         after_cell: Callable[[str, dict], None] | None = None,
+        preflight: bool = True,
     ):
         self.config = config
+        self.preflight = preflight
         self.run_dir = Path(run_dir)
         self.cells_dir = self.run_dir / "cells"
         self.progress = progress
@@ -113,12 +122,12 @@ class ProtocolRunner:
         cell = json.loads(path.read_text(encoding="utf-8"))
         stored_format = (cell.get("fingerprint") or {}).get("format")
         if stored_format != CELL_FORMAT:
-            raise RuntimeError(
+            raise StoredCellMismatch(
                 f"{path} was written by another jaxarena release (cell format {stored_format}, this one writes "
                 f"{CELL_FORMAT}); use --fresh to recompute the run, or another --run-id"
             )
         if cell.get("fingerprint") != self.fingerprint(label):
-            raise RuntimeError(
+            raise StoredCellMismatch(
                 f"{path} was produced by a different configuration "
                 f"({cell.get('fingerprint')} != {self.fingerprint(label)}); "
                 "use another --run-id, or --fresh to discard it"
@@ -169,6 +178,7 @@ class ProtocolRunner:
                 todo.append((label, bot))
             else:
                 cells[cell_name(label, bot)] = cell
+        self._check_before_cells(todo)
         bar = self._bar(len(cells), len(self.config.cells()))
         try:
             for label, bot in todo:
@@ -187,6 +197,17 @@ class ProtocolRunner:
 
     def close(self) -> None:
         self.context.close()
+
+    def _check_before_cells(self, todo: list[tuple[str, str]]) -> None:
+        """Fail before the first cell, not after an hour: resolve the policies that will play, and (with
+        `preflight`) let each combination check what its cells need. Only cells still to compute count:
+        a resumed run needs no LLM server for its stored cells."""
+        labels = list(dict.fromkeys(label for label, _ in todo))
+        for label in labels:
+            self.squads(label)  # a policy spec that names nothing fails here
+        if self.preflight:
+            for name in dict.fromkeys(of_label(label).name for label in labels):
+                of_label(name).preflight(self.context)
 
     # -- progress display --
     def _bar(self, done_cells: int, total_cells: int):

@@ -177,18 +177,28 @@ def _tag_tables(tags: dict, fb: dict) -> list[str]:
             )
     lines.append(md_row("All", *(fb["overall"][r] for r in FALLBACK_REASONS), fb["overall"]["total"]))
     lines.append("")
-    if t["total"] and fb["overall"]["total"] > 0.5 * t["total"]:
-        # Say it where the reader looks: with most replies unusable, B is mostly "A with
-        # the previous tag", and the A-vs-B comparison measures the policies, not the LLM.
-        lines += [
-            (
-                f"**Note:** {fb['overall']['total']} of {t['total']} decisions "
-                f"({100 * fb['overall']['total'] / t['total']:.0f}%) were fallbacks that kept the previous "
-                "tag, so the LLM barely steered Combination B in this run."
-            ),
-            "",
-        ]
     return lines
+
+
+#: Above this share of fallbacks, a run's B results say more about the LLM's set-up than about the LLM.
+FALLBACK_WARNING_SHARE = 0.5
+
+
+def fallback_warning(summary: dict) -> str | None:
+    """The warning for a run whose B decisions were mostly fallbacks, else None.
+
+    With most replies unusable (a dead server, a model that answers in words), B is mostly B's
+    policy holding its previous tag, and the A-vs-B comparison no longer measures the LLM.
+    """
+    total, fb = summary["tags"]["overall"]["total"], summary["fallbacks"]["overall"]
+    if not total or fb["total"] <= FALLBACK_WARNING_SHARE * total:
+        return None
+    causes = ", ".join(f"{r}: {fb[r]}" for r in FALLBACK_REASONS if fb.get(r))
+    return (
+        f"{fb['total']} of {total} LLM decisions ({100 * fb['total'] / total:.0f}%) were fallbacks ({causes}) "
+        "that kept the previous tag; the B results do not measure the LLM. The decisions.jsonl records "
+        "say why each reply was unusable."
+    )
 
 
 def win_with_ci(entry: dict | None) -> str:
@@ -211,9 +221,11 @@ def render_report(summary: dict, figures: Sequence[str] = ()) -> str:
     episode_s = summary_episode_s(summary)
     d = summary["descriptive"]
     llm = summary.get("llm")
+    warning = fallback_warning(summary)
     lines = [
         f"# jaxarena evaluation protocol — run `{summary['run_id']}`",
         "",
+        *([f"> **Warning:** {warning}", ""] if warning else []),
         (
             f"{cfg['episodes']} episodes per bot type and combination, seed {cfg['seed']}, paired seeds for A and B. "
             f"LLM: {llm['backend'] if llm else '—'} ({llm['model'] if llm else '—'}"

@@ -33,6 +33,7 @@ import numpy as np
 from flax import serialization
 
 from jaxarena.algorithms.ppo_core import CoreConfig, make_core_trainer
+from jaxarena.cli_errors import ArgumentParser, cli_main
 from jaxarena.names import BOT_TYPES
 
 from .inputs import CANDIDATE_STYLES, InputConfig
@@ -345,7 +346,7 @@ def load_selector(path: str | Path):
 def parse_args(argv=None) -> tuple[SelectorConfig, argparse.Namespace]:
     from jaxarena.scenarios import SCENARIOS
 
-    p = argparse.ArgumentParser(prog="jaxarena-train-selector", description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="jaxarena-train-selector", description=__doc__.split("\n\n")[0])
     choices = {"scenario": list(SCENARIOS), "style": list(CANDIDATE_STYLES), "population": list(POPULATIONS)}
     for f in dataclasses.fields(SelectorConfig):
         flag = "--" + f.name.replace("_", "-")
@@ -364,6 +365,7 @@ def parse_args(argv=None) -> tuple[SelectorConfig, argparse.Namespace]:
     return SelectorConfig(**values), args
 
 
+@cli_main("jaxarena-train-selector")
 def main(argv=None) -> int:
     config, args = parse_args(argv)
     last = train(config, args.out, progress=not args.no_progress)

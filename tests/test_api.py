@@ -262,3 +262,39 @@ def test_the_jitted_step_has_no_host_check():
     _, state = env.reset(jax.random.key(0), params)
     lowered = jax.jit(env.step).lower(jax.random.key(1), state, jnp.zeros((5,), jnp.int32), params)
     assert "callback" not in lowered.as_text()
+
+
+def test_the_key_error_names_both_ways_to_make_a_key():
+    env, params = jaxarena.make("Arena-v0")
+    with pytest.raises(TypeError, match=r"jax\.random\.key\(0\).*jax\.random\.PRNGKey\(0\)"):
+        env.reset(0, params)
+
+
+def test_the_wrappers_keep_the_checks():
+    from jaxarena.wrappers import LogWrapper
+
+    logged = LogWrapper(jaxarena.make("Arena-v0")[0])
+    _, state = logged.reset(jax.random.key(0))
+    with pytest.raises(ValueError, match=r"must be in 0\.\.5, got 99"):
+        logged.step(jax.random.key(1), state, [0, 0, 99, 0, 0])
+    with pytest.raises(TypeError, match="PRNG key"):
+        logged.reset(0)
+    marl = jaxarena.make_jaxmarl("Arena-v0")
+    _, state = marl.reset(jax.random.key(0))
+    with pytest.raises(ValueError, match=r"must be in 0\.\.5, got -1"):
+        marl.step(jax.random.key(1), state, {a: (-1 if i == 3 else 0) for i, a in enumerate(marl.agents)})
+    with pytest.raises(TypeError, match="PRNG key"):
+        marl.step(7, state, {a: 0 for a in marl.agents})
+
+
+def test_jitted_and_vmapped_steps_still_run_with_the_checks():
+    env, params = jaxarena.make("Arena-v0")
+    keys = jax.random.split(jax.random.key(0), 3)
+    obs, states = jax.vmap(env.reset, in_axes=(0, None))(keys, params)
+    actions = jnp.array([[0, 1, 2, 3, 4], [5, 5, 5, 5, 5], [0, 0, 0, 0, 0]], jnp.int32)
+    step = jax.jit(jax.vmap(env.step, in_axes=(0, 0, 0, None)))
+    obs2, states2, reward, done, _ = step(keys, states, actions, params)
+    assert obs2.shape == (3, 5, obs.shape[-1]) and reward.shape == (3, 5) and done.shape == (3,)
+    # The same step unbatched and eager gives the same state as the batched, jitted one.
+    _, eager, _, _, _ = env.step(keys[1], jax.tree.map(lambda x: x[1], states), actions[1], params)
+    chex.assert_trees_all_close(eager, jax.tree.map(lambda x: x[1], states2))

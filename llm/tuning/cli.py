@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from jaxarena.cli_errors import ArgumentParser, cli_main
 from jaxarena.names import BOT_TYPES
 
 
@@ -126,8 +127,7 @@ def _evaluate(args) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="jaxarena-tune-llm", description=__doc__.split("\n\n")[0])
-    p.add_argument("--debug", action="store_true", help="show the full traceback on an error")
+    p = ArgumentParser(prog="jaxarena-tune-llm", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser("data", help="play the squad, price its decision states with the oracle")
@@ -188,15 +188,15 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+@cli_main("jaxarena-tune-llm")
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
-    try:
-        args.fn(args)
-    except (ValueError, FileNotFoundError, OSError) as exc:
-        if args.debug:
-            raise
-        print(f"jaxarena-tune-llm: error: {exc}", file=sys.stderr)
-        return 2
+    # Every command runs the embedded model: stop before any work if its weights are not installed.
+    from ..backends.embedded import EmbeddedBackend
+    from ..preflight import preflight
+
+    preflight(EmbeddedBackend())
+    args.fn(args)
     return 0
 
 

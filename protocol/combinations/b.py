@@ -168,5 +168,6 @@ COMBINATION = Combination(
     fingerprint=_fingerprint,
     check=_check,
     meta=_meta,
+    preflight=lambda context: llm_run(context).preflight(),
     sections=(o.HEADROOM,),  # with price_decisions: B's regret against the oracle
 )

@@ -149,6 +149,7 @@ COMBINATION = Combination(
     fingerprint=_fingerprint,
     check=_check,
     meta=_meta,
+    preflight=lambda context: llm_run(context).preflight(),
     identity_fields=("tuned_adapter",),
     sections=(
         ReportSection(

@@ -50,9 +50,9 @@ def test_train_script_writes_everything_and_resumes(tmp_path, capsys):
     policy, params = load_policy(out, greedy=True)
     assert policy(params, np.zeros((5, 23), np.float32)).shape == (5,)
 
-    # Changing a fixed hyper-parameter of an existing run is refused.
-    with pytest.raises(SystemExit):
-        main(["--out", str(out), "--lr", "0.1", *TINY])
+    # Changing a fixed hyper-parameter of an existing run is refused, in one line.
+    assert main(["--out", str(out), "--lr", "0.1", *TINY]) == 2
+    assert "cannot change ['lr']" in capsys.readouterr().err
     # --fresh starts over.
     assert main(["--combination", "A", "--total-steps", str(6 * 8 * 2), "--out", str(out), "--fresh", *TINY]) == 0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

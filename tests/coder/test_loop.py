@@ -251,7 +251,7 @@ def test_cli_errors_are_clear(tmp_path, capsys, free_port):
     # No server there: the run stops before any step, with the fix in the message.
     argv = ["--llm", "ollama", "--host", f"http://127.0.0.1:{free_port}", "--out", str(tmp_path), "--run", "x"]
     assert cli_main([*argv, "--k", "1", "--rounds", "1"]) == 2
-    assert "Cannot reach an Ollama server" in capsys.readouterr().err
+    assert "cannot reach the Ollama server" in capsys.readouterr().err
     assert not (tmp_path / "x" / "events.jsonl").exists()
     assert json.loads((tmp_path / "x" / "config.json").read_text())["k"] == 1
 

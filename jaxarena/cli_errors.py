@@ -1,0 +1,75 @@
+"""One-line errors for the console scripts: `PROG: error: MESSAGE` on stderr and exit status 2.
+
+A user's mistake (a missing file, an unknown name, a bad value, an LLM server
+that is not running) deserves one line that says what to fix, not a
+traceback. Every console script builds its parser with `ArgumentParser`
+(argparse's, whose errors are one line and which accepts `--debug`) and
+wraps its `main` in `cli_main(prog)`:
+
+    @cli_main("jaxarena-evaluate")
+    def main(argv=None) -> int: ...
+
+`cli_main` turns the exceptions in `USER_ERRORS` into that line; with
+`--debug` anywhere on the command line they propagate with their traceback.
+Any other exception (a TypeError, an AssertionError: a bug) is left alone, so
+bugs keep their tracebacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+from collections.abc import Callable, Sequence
+
+#: The exit status of a usage error, as argparse's.
+USAGE_EXIT = 2
+DEBUG_FLAG = "--debug"
+
+
+class UserError(Exception):
+    """An error the user can fix; its message says how. Subclassed by the project's own such errors."""
+
+
+#: What a console script reports as one line. ValueError covers the project's checks of names and values
+#: (and its subclasses, e.g. `llm.lora.AdapterError`); OSError covers missing or unreadable files.
+USER_ERRORS: tuple[type[BaseException], ...] = (UserError, ValueError, OSError)
+
+
+def one_line(exc: BaseException) -> str:
+    """The exception's message on one line (a multi-line message is joined with spaces)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser with a `--debug` option and errors on one line (`PROG: error: MESSAGE (see PROG -h)`).
+
+    Sub-command parsers made by `add_subparsers` are of this class too.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.add_argument(DEBUG_FLAG, action="store_true", help="show the full traceback on an error")
+
+    def error(self, message: str):
+        self.exit(USAGE_EXIT, f"{self.prog}: error: {one_line(message)} (see {self.prog} -h)\n")
+
+
+def cli_main(prog: str) -> Callable[[Callable[..., int | None]], Callable[..., int | None]]:
+    """Decorates a console script's `main(argv=None)`: a user error is one stderr line and exit status 2."""
+
+    def decorate(main: Callable[..., int | None]) -> Callable[..., int | None]:
+        @functools.wraps(main)
+        def run(argv: Sequence[str] | None = None) -> int | None:
+            words = sys.argv[1:] if argv is None else list(argv)
+            try:
+                return main(argv)
+            except USER_ERRORS as exc:
+                if DEBUG_FLAG in words:
+                    raise
+                print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
+                return USAGE_EXIT
+
+        return run
+
+    return decorate

