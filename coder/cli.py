@@ -1,4 +1,4 @@
-"""`jaxarena-coder`: the planner -> coder -> critic loop of seed 002 (docs/coder.md, "The loop").
+"""`jaxarena-coder`: the planner -> coder -> critic loop of SMAC-R1 (docs/coder.md, "The loop").
 
     jaxarena-coder --llm embedded --k 2 --rounds 1 --episodes-per-bot 1000
     jaxarena-coder --llm ollama --model qwen2.5-coder:7b --k 8 --rounds 10
