@@ -33,6 +33,8 @@ from .networks import ActorCritic
 CONFIG_FILE = "config.json"
 CHECKPOINT_DIR = "checkpoints"
 PRETRAINED_DIR = Path(__file__).resolve().parent / "pretrained"
+#: Where the packaged policies that are kept for the record live (`pretrained/archive/NAME`).
+ARCHIVE = "archive"
 
 
 def write_config(run_dir: str | Path, config: PPOConfig) -> Path:
@@ -111,14 +113,27 @@ def export_policy(run_dir: str | Path, params, config: PPOConfig, step: int = 0)
 
 
 def resolve_path(path: str | Path) -> Path:
-    """A run directory, or a packaged name: "A", "B", "B-paper", ... (or "pretrained/A") -> the shipped policy."""
+    """A run directory, or a packaged name: "A", "B", "B-paper", ... (or "pretrained/A") -> the shipped policy.
+
+    Superseded and ablation policies live under `pretrained/archive/` and load by their name alone.
+    """
     p = Path(path)
     if (p / CONFIG_FILE).exists():
         return p
-    name = p.name if p.parent.name == "pretrained" or str(p.parent) == "." else None
-    if name and (PRETRAINED_DIR / name / CONFIG_FILE).exists():
-        return PRETRAINED_DIR / name
+    name = p.name if p.parent.name in ("pretrained", ARCHIVE) or str(p.parent) == "." else None
+    for root in (PRETRAINED_DIR, PRETRAINED_DIR / ARCHIVE):
+        if name and (root / name / CONFIG_FILE).exists():
+            return root / name
     raise FileNotFoundError(f"{path}: no {CONFIG_FILE} there, and not a packaged policy ({PRETRAINED_DIR})")
+
+
+def shipped_policies() -> dict[str, Path]:
+    """{name: directory} of every packaged policy, the archived ones included."""
+    found = {}
+    for root in (PRETRAINED_DIR, PRETRAINED_DIR / ARCHIVE):
+        for config in sorted(root.glob(f"*/{CONFIG_FILE}")):
+            found.setdefault(config.parent.name, config.parent)  # as resolve_path: the top level first
+    return found
 
 
 def load_params(path: str | Path, step: int | None = None):

@@ -319,18 +319,28 @@ def export_selector(run_dir: str | Path, dest: str | Path) -> Path:
 
 
 PRETRAINED = Path(__file__).parent / "pretrained"
+#: The shipped selectors kept as ablations or for the record (`pretrained/archive/NAME`), loaded by name too.
+ARCHIVE = PRETRAINED / "archive"
+
+
+def shipped_selectors() -> dict[str, Path]:
+    """{name: directory} of every shipped selector, the archived ones included."""
+    found = {}
+    for root in (PRETRAINED, ARCHIVE):
+        for checkpoint in sorted(root.glob(f"*/{CHECKPOINT}")):
+            found.setdefault(checkpoint.parent.name, checkpoint.parent)
+    return found
 
 
 def selector_directory(path: str | Path) -> Path:
-    """The directory of a selector spec: a run directory, or a shipped name ("C")."""
+    """The directory of a selector spec: a run directory, or a shipped name ("C", or an archived "C-scripted")."""
     directory = Path(path)
     if directory.is_dir():
         return directory
-    shipped = PRETRAINED / str(path)
-    if not shipped.is_dir():
-        names = sorted(p.name for p in PRETRAINED.glob("*") if p.is_dir())
-        raise FileNotFoundError(f"no selector at {path!r}; shipped selectors: {', '.join(names) or 'none'}")
-    return shipped
+    shipped = shipped_selectors()
+    if str(path) not in shipped:
+        raise FileNotFoundError(f"no selector at {path!r}; shipped selectors: {', '.join(sorted(shipped)) or 'none'}")
+    return shipped[str(path)]
 
 
 def load_selector(path: str | Path):

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jaxarena.algorithms.checkpoint import PRETRAINED_DIR, load_policy
+from jaxarena.algorithms.checkpoint import load_policy, shipped_policies
 from jaxarena.algorithms.evaluation import paired_gain, run_episodes, tag_response, wilson_interval
 from jaxarena.intents import MEASURES
 from jaxarena.types import AGGRESSIVE, FLANK, RETREAT_TAG, SURROUND
 
 
 def needs(name):
-    return pytest.mark.skipif(not (PRETRAINED_DIR / name / "config.json").exists(), reason=f"no packaged policy {name}")
+    return pytest.mark.skipif(name not in shipped_policies(), reason=f"no packaged policy {name}")
 
 
 @needs("A")
