@@ -77,3 +77,15 @@ def markdown_table() -> str:
     for t in TASKS.values():
         lines.append(f"| `{t.task_id}` | `{t.env_id}` | `{t.scenario}` | {t.bot} | {t.reward} |")
     return "\n".join(lines)
+
+
+def compact_table() -> str:
+    """`TASKS` with one row per (env id, scenario, reward) and the bots in a cell, as the README prints it."""
+    groups: dict[tuple[str, str, str], list[Task]] = {}
+    for t in TASKS.values():
+        groups.setdefault((t.env_id, t.scenario, t.reward), []).append(t)
+    lines = ["| Tasks | Env id | Scenario | Reward |", "|---|---|---|---|"]
+    for (env_id, scenario, reward), tasks in groups.items():
+        ids = ", ".join(f"`{t.task_id}`" for t in tasks)
+        lines.append(f"| {ids} | `{env_id}` | `{scenario}` | {reward} |")
+    return "\n".join(lines)

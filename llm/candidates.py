@@ -1,6 +1,7 @@
 """Diverse candidate tags (Combination C): N = 3 proposals per decision, in two styles.
 
-Seed 001 lets the LLM propose several strategically different actions and a
+*Language Agents with Reinforcement Learning for Strategic Play in the Werewolf Game*
+lets the LLM propose several strategically different actions and a
 small RL policy choose among them, because a single LLM pick inherits the
 model's bias (ours picks Aggressive in every state). The candidate prompt is
 the Table 10 prompt (`prompt.SYSTEM`, `prompt.format_state`) plus one line

@@ -1,6 +1,6 @@
 """Opponent deduction (Combination C): which bot is this, and is the balanced one attacking now?
 
-Seed 001's agents first deduce hidden information, then act. Here the hidden
+The Werewolf paper's agents first deduce hidden information, then act. Here the hidden
 part is the opponent class (`jaxarena.history.OPPONENT_CLASSES`), and the
 evidence is the last three decision points of a `DecisionHistory`: how far the
 nearest NPC is, and whether the bot closed in, held or ran since the point

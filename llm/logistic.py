@@ -1,7 +1,7 @@
 """A multinomial logistic regression: the trivial baseline that the LLM's deduction is scored beside.
 
-Issue #12 asks for the deduction's per-bot accuracy next to "a logistic
-regression on the same features". Features are standardised with the training
+The deduction's per-bot accuracy is reported next to a logistic
+regression on the same features. Features are standardised with the training
 set's mean and spread, then weights are fit by full-batch Adam on the mean
 cross-entropy plus a small L2 penalty (a convex problem, so the optimiser's
 details barely matter). Small and deterministic; no extra dependency.

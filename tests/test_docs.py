@@ -8,7 +8,7 @@ from pathlib import Path
 import chex
 import numpy as np
 
-from jaxarena.tasks import markdown_table
+from jaxarena.tasks import compact_table
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -49,7 +49,7 @@ def test_readme_links_resolve():
 
 
 def test_readme_tasks_table_is_generated():
-    assert _generated_block(README.read_text(), "tasks-table") == markdown_table() + "\n"
+    assert _generated_block(README.read_text(), "tasks-table") == compact_table() + "\n"
 
 
 def test_readme_environment_example_runs():
@@ -77,3 +77,9 @@ def test_code_speaks_of_the_project():
         if INTERNAL.search(line)
     ]
     assert not hits, "say these in the project's words:\n" + "\n".join(hits)
+
+
+def test_readme_policies_table_is_generated():
+    from jaxarena import zoo
+
+    assert _generated_block(README.read_text(), "policies-table") == zoo.table(status="recommended").rstrip("\n") + "\n"
