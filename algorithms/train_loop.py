@@ -14,7 +14,6 @@ kill loses at most the unfinished chunk.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import os
@@ -32,6 +31,7 @@ from jaxarena.scenarios import SCENARIOS
 from jaxarena.types import BOT_TYPES
 
 from .config import PPOConfig
+from .train_metrics import MetricsLog, host_metrics, plot_curves
 
 YNN_FLAG = "--xla_cpu_experimental_ynn_fusion_type="
 
@@ -92,102 +92,6 @@ def _config_from_args(args, base: PPOConfig | None) -> PPOConfig:
     return cfg.replace(**changes)
 
 
-def _host_metrics(metrics: dict, i: int) -> dict:
-    row = {}
-    for key, value in metrics.items():
-        v = np.asarray(value[i])
-        if v.ndim == 0:
-            row[key] = v.item()
-        else:  # per-bot counts
-            for j, name in enumerate(BOT_TYPES):
-                row[f"{key}_{name}"] = int(v[j])
-    for name in BOT_TYPES:
-        n = row[f"episodes_per_bot_{name}"]
-        row[f"npc_win_rate_{name}"] = row[f"npc_wins_per_bot_{name}"] / n if n else float("nan")
-    row["update"] = int(row["update"])
-    row["env_steps"] = int(row["env_steps"])
-    return row
-
-
-class MetricsLog:
-    """Append-only metrics.csv + metrics.jsonl; truncated to the restored update on resume."""
-
-    def __init__(self, run_dir: Path, upto_update: int):
-        self.csv_path, self.jsonl_path = run_dir / "metrics.csv", run_dir / "metrics.jsonl"
-        self.rows: list[dict] = []
-        if self.jsonl_path.exists():
-            for line in self.jsonl_path.read_text().splitlines():
-                if line.strip():
-                    row = json.loads(line)
-                    if row["update"] <= upto_update:
-                        self.rows.append(row)
-        self._rewrite()
-
-    def _rewrite(self):
-        with open(self.jsonl_path, "w") as f:
-            f.writelines(json.dumps(row) + "\n" for row in self.rows)
-        with open(self.csv_path, "w", newline="") as f:
-            if self.rows:
-                w = csv.DictWriter(f, fieldnames=list(self.rows[0]))
-                w.writeheader()
-                w.writerows(self.rows)
-
-    def append(self, rows: list[dict]):
-        new_file = not self.rows
-        self.rows.extend(rows)
-        with open(self.jsonl_path, "a") as f:
-            f.writelines(json.dumps(row) + "\n" for row in rows)
-            f.flush()
-            os.fsync(f.fileno())
-        with open(self.csv_path, "a", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(self.rows[0]))
-            if new_file:
-                w.writeheader()
-            w.writerows(rows)
-
-
-def plot_curves(rows: list[dict], path: Path, title: str = "") -> Path | None:
-    """Learning curves: episode return, NPC win rate per bot, entropy, vs env steps."""
-    if not rows:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    x = np.array([r["env_steps"] for r in rows]) / 1e6
-
-    def smooth(y, k=5):
-        y = np.asarray(y, float)
-        out = np.empty_like(y)
-        for i in range(len(y)):
-            w = y[max(0, i - k + 1) : i + 1]
-            w = w[~np.isnan(w)]
-            out[i] = w.mean() if len(w) else np.nan
-        return out
-
-    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
-    axes[0].plot(x, smooth([r["return_mean"] for r in rows]))
-    axes[0].set_ylabel("mean episode return (per NPC)")
-    for name in BOT_TYPES:
-        if any(r[f"episodes_per_bot_{name}"] for r in rows):
-            axes[1].plot(x, smooth([r[f"npc_win_rate_{name}"] for r in rows]), label=name)
-    axes[1].set_ylabel("NPC win rate")
-    axes[1].set_ylim(-0.02, 1.02)
-    if axes[1].lines:
-        axes[1].legend()
-    axes[2].plot(x, [r["entropy"] for r in rows])
-    axes[2].set_ylabel("policy entropy (nats)")
-    for ax in axes:
-        ax.set_xlabel("env steps (millions)")
-        ax.grid(alpha=0.3)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
 @cli_main("jaxarena-train")
 def main(argv=None) -> int:
     args = parse_args(argv)
@@ -197,70 +101,24 @@ def main(argv=None) -> int:
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + YNN_FLAG).strip()
 
     import jax
-    from tqdm.auto import tqdm
 
-    from .checkpoint import Checkpointer, has_checkpoint, read_config
+    from .checkpoint import Checkpointer
     from .ppo import make_trainer
 
     run_dir = Path(args.out)
-    existing = has_checkpoint(run_dir)
-    if args.resume and not existing:
-        raise UserError(f"--resume: no checkpoint in {run_dir}")
-    if args.fresh and run_dir.exists():
-        for name in ("checkpoints", "metrics.csv", "metrics.jsonl", "config.json", "learning_curve.png"):
-            target = run_dir / name
-            shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
-        existing = False
-    config = _config_from_args(args, read_config(run_dir) if existing else None)
-
+    config, existing = _open_run(args, run_dir)
     trainer = make_trainer(config)
     ckpt = Checkpointer(run_dir, config, max_to_keep=args.keep or None)
     run = jax.jit(trainer.run_updates, static_argnums=1, donate_argnums=0)
     t0 = time.time()
     runner = jax.jit(trainer.init)(jax.random.PRNGKey(config.seed))
     if config.init_from and not existing:
-        from .checkpoint import load_params, obs_size_of
-        from .warm_start import as_experts, forget_tag_input, input_rows, keep_fresh_experts, widen_params
-
-        src_config, src_params = load_params(config.init_from)
-        src_net, dst_net = src_config.network_kwargs(), config.network_kwargs()
-        if (src_net["hidden"], src_net["activation"]) != (dst_net["hidden"], dst_net["activation"]) or (
-            src_net.get("tag_experts") and not dst_net.get("tag_experts")
-        ):
-            raise UserError(f"--init-from {config.init_from}: network {src_net} differs from this run's {dst_net}")
-        try:
-            rows = input_rows(
-                obs_size_of(src_config),
-                src_net["tag_one_hot"],
-                obs_size_of(config),
-                dst_net["tag_one_hot"],
-            )
-            if src_config.combination == "A":
-                src_params = forget_tag_input(src_params)
-            if dst_net.get("tag_experts") and not src_net.get("tag_experts"):
-                src_params = as_experts(src_params)
-            params = widen_params(src_params, runner.train_state.params, rows)
-            params = keep_fresh_experts(params, runner.train_state.params, config.fresh_tags)
-        except ValueError as exc:
-            raise UserError(
-                f"--init-from {config.init_from} ({src_config.env_id}, {src_net}) cannot seed this run "
-                f"({config.env_id}, {dst_net}): {exc}"
-            ) from None
-        runner = runner.replace(train_state=runner.train_state.replace(params=params))
+        runner = _warm_start(config, runner)
         print(f"warm start from {config.init_from} (optimiser state fresh)", flush=True)
     if existing:
-        try:
-            runner = ckpt.restore(runner)
-        except (ValueError, KeyError, TypeError) as exc:
-            raise UserError(
-                f"cannot resume {run_dir}: its checkpoint does not match this version's runner state "
-                f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}). "
-                "Checkpoints written before jaxarena kept episode returns in a LogWrapper cannot be resumed; "
-                "their policies still load (load_policy), and --fresh starts the run over."
-            ) from None
+        runner = _restore(ckpt, runner, run_dir)
         print(f"resumed {run_dir} at update {int(runner.update)}/{config.num_updates}", flush=True)
-    start = int(runner.update)
-    log = MetricsLog(run_dir, start)
+    log = MetricsLog(run_dir, int(runner.update))
     devices = jax.devices()
     print(
         f"combination {config.combination}, scenario {config.scenario}, bots {', '.join(config.bots)}, "
@@ -269,7 +127,77 @@ def main(argv=None) -> int:
         + (" (sharded)" if trainer.mesh is not None else ""),
         flush=True,
     )
+    runner, interrupted = _train(args, config, run, runner, ckpt, log, run_dir, t0)
+    _print_outputs(config, runner, interrupted, ckpt, log, run_dir, t0)
+    return 130 if interrupted else 0
 
+
+def _open_run(args, run_dir: Path) -> tuple[PPOConfig, bool]:
+    """The run's config, and whether it resumes a checkpoint; `--fresh` first clears what `--out` holds."""
+    from .checkpoint import has_checkpoint, read_config
+
+    existing = has_checkpoint(run_dir)
+    if args.resume and not existing:
+        raise UserError(f"--resume: no checkpoint in {run_dir}")
+    if args.fresh and run_dir.exists():
+        for name in ("checkpoints", "metrics.csv", "metrics.jsonl", "config.json", "learning_curve.png"):
+            target = run_dir / name
+            shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+        existing = False
+    return _config_from_args(args, read_config(run_dir) if existing else None), existing
+
+
+def _warm_start(config: PPOConfig, runner):
+    """`runner` with the params of `config.init_from` carried over (widened to this run's inputs)."""
+    from .checkpoint import load_params, obs_size_of
+    from .warm_start import as_experts, forget_tag_input, input_rows, keep_fresh_experts, widen_params
+
+    src_config, src_params = load_params(config.init_from)
+    src_net, dst_net = src_config.network_kwargs(), config.network_kwargs()
+    if (src_net["hidden"], src_net["activation"]) != (dst_net["hidden"], dst_net["activation"]) or (
+        src_net.get("tag_experts") and not dst_net.get("tag_experts")
+    ):
+        raise UserError(f"--init-from {config.init_from}: network {src_net} differs from this run's {dst_net}")
+    try:
+        rows = input_rows(
+            obs_size_of(src_config),
+            src_net["tag_one_hot"],
+            obs_size_of(config),
+            dst_net["tag_one_hot"],
+        )
+        if src_config.combination == "A":
+            src_params = forget_tag_input(src_params)
+        if dst_net.get("tag_experts") and not src_net.get("tag_experts"):
+            src_params = as_experts(src_params)
+        params = widen_params(src_params, runner.train_state.params, rows)
+        params = keep_fresh_experts(params, runner.train_state.params, config.fresh_tags)
+    except ValueError as exc:
+        raise UserError(
+            f"--init-from {config.init_from} ({src_config.env_id}, {src_net}) cannot seed this run "
+            f"({config.env_id}, {dst_net}): {exc}"
+        ) from None
+    return runner.replace(train_state=runner.train_state.replace(params=params))
+
+
+def _restore(ckpt, runner, run_dir: Path):
+    """The runner state of the latest checkpoint, or a UserError saying why it cannot be resumed."""
+    try:
+        return ckpt.restore(runner)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UserError(
+            f"cannot resume {run_dir}: its checkpoint does not match this version's runner state "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}). "
+            "Checkpoints written before jaxarena kept episode returns in a LogWrapper cannot be resumed; "
+            "their policies still load (load_policy), and --fresh starts the run over."
+        ) from None
+
+
+def _train(args, config: PPOConfig, run, runner, ckpt, log: MetricsLog, run_dir: Path, t0: float):
+    """Runs chunks until the last update or a Ctrl-C/SIGTERM; returns (runner, interrupted)."""
+    import jax
+    from tqdm.auto import tqdm
+
+    start = int(runner.update)
     # SIGTERM behaves like Ctrl-C: finish nothing new, keep what is saved.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     bar = tqdm(
@@ -294,21 +222,14 @@ def main(argv=None) -> int:
             runner, metrics = compiled[n](runner)
             metrics = jax.device_get(metrics)
             elapsed = time.time() - tc
-            rows = [_host_metrics(metrics, i) for i in range(n)]
+            rows = [host_metrics(metrics, i) for i in range(n)]
             for row in rows:
                 row["wall_s"] = round(time.time() - t0, 2)
             log.append(rows)
             chunks += 1
             if chunks % args.checkpoint_every == 0 or int(runner.update) >= config.num_updates:
                 ckpt.save(runner)
-            eps = {b: sum(r[f"episodes_per_bot_{b}"] for r in rows) for b in BOT_TYPES}
-            wins = {b: sum(r[f"npc_wins_per_bot_{b}"] for r in rows) for b in BOT_TYPES}
-            rets = [r["return_mean"] for r in rows if not math.isnan(r["return_mean"])]
-            post = {"sps": f"{n * config.steps_per_update / elapsed:,.0f}"}
-            post["ret"] = f"{np.mean(rets):.3f}" if rets else "-"
-            for b in config.bots:
-                post[f"win_{b[:3]}"] = f"{wins[b] / eps[b]:.2f}" if eps[b] else "-"
-            bar.set_postfix(post, refresh=False)
+            bar.set_postfix(_progress_postfix(rows, n, elapsed, config), refresh=False)
             bar.update(n * config.steps_per_update)
             if chunks % 10 == 0:
                 plot_curves(log.rows, run_dir / "learning_curve.png", f"Combination {config.combination}")
@@ -317,6 +238,23 @@ def main(argv=None) -> int:
         print("\ninterrupted: the unfinished chunk is lost, saved checkpoints are intact", file=sys.stderr)
     finally:
         bar.close()
+    return runner, interrupted
+
+
+def _progress_postfix(rows: list[dict], n: int, elapsed: float, config: PPOConfig) -> dict:
+    """The progress bar's numbers for a chunk: steps/s, mean return, NPC win rate per bot."""
+    eps = {b: sum(r[f"episodes_per_bot_{b}"] for r in rows) for b in BOT_TYPES}
+    wins = {b: sum(r[f"npc_wins_per_bot_{b}"] for r in rows) for b in BOT_TYPES}
+    rets = [r["return_mean"] for r in rows if not math.isnan(r["return_mean"])]
+    post = {"sps": f"{n * config.steps_per_update / elapsed:,.0f}"}
+    post["ret"] = f"{np.mean(rets):.3f}" if rets else "-"
+    for b in config.bots:
+        post[f"win_{b[:3]}"] = f"{wins[b] / eps[b]:.2f}" if eps[b] else "-"
+    return post
+
+
+def _print_outputs(config: PPOConfig, runner, interrupted: bool, ckpt, log: MetricsLog, run_dir: Path, t0: float):
+    """Plots the curve, closes the checkpointer and prints where everything the run wrote lies."""
     plot = plot_curves(log.rows, run_dir / "learning_curve.png", f"Combination {config.combination}")
     step = ckpt.latest_step()
     ckpt.close()
@@ -330,7 +268,6 @@ def main(argv=None) -> int:
     if plot:
         print(f"curve:       {plot}")
     print(f'use it:      policy, params = jaxarena.algorithms.checkpoint.load_policy("{run_dir}")')
-    return 130 if interrupted else 0
 
 
 if __name__ == "__main__":

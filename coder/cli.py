@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         # the flag would not reach this process, only leak into its children (e.g. a caller's test servers).
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_experimental_ynn_fusion_type=").strip()
 
-    from .loop import Loop, LoopConfig, run_name
+    from .loop import Loop
+    from .loop_config import LoopConfig, run_name
 
     # A LoopError (bad settings, an LLM that cannot answer) is the one error line of `cli_main`.
     config = LoopConfig(

@@ -34,7 +34,7 @@ import time
 
 from jaxarena.policies import Policy
 
-from .sandbox import ProgramError
+from .program_error import ProgramError
 
 _MB = 1 << 20
 _STARTUP_S = 120.0  # importing JAX on a loaded machine

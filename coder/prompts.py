@@ -27,7 +27,7 @@ from jaxarena.llm.types import Prompt
 from jaxarena.names import BOT_TYPES
 from jaxarena.types import EnvParams
 
-from .scoring import Score
+from .score_types import Score
 
 PLANNER, CODER, CRITIC = "planner", "coder", "critic"
 CHANGE, IMPROVE = "change", "improve"

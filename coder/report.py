@@ -41,7 +41,7 @@ def _cached_gif(run_dir: Path, source: str, config) -> str:
 
 def write_report(run_dir: Path, config, events: list[dict], task: str) -> dict | None:
     """Writes `run_dir/report.md` (and `best.gif` when the best program ran); returns the best candidate."""
-    from .loop import best_candidate
+    from .run_log import best_candidate
 
     run_dir = Path(run_dir)
     best = best_candidate(events)

@@ -17,128 +17,11 @@ import difflib
 from . import limits
 from .helpers import HELPERS
 from .language import ACTIONS, CONSTANTS, FIELD_NAMES
+from .program_error import KINDS, ProgramError, error_at
+from .sandbox_rules import BUILTIN_REASONS, NODE_REASONS, OPERATORS, RESERVED
 
-KINDS = ("syntax", "forbidden", "limit", "name", "type", "shape", "timeout", "memory", "runtime")
-
-
-class ProgramError(Exception):
-    """Why a program was refused: kind (one of KINDS), message, and the 1-based line and its text where known."""
-
-    def __init__(self, kind: str, message: str, line: int | None = None, source_line: str | None = None):
-        if kind not in KINDS:
-            raise ValueError(f"unknown ProgramError kind {kind!r}; kinds: {', '.join(KINDS)}")
-        self.kind = kind
-        self.message = message
-        self.line = line
-        self.source_line = source_line
-        super().__init__(str(self))
-
-    def __str__(self) -> str:
-        if self.line is None:
-            return f"{self.kind}: {self.message}"
-        text = f"line {self.line}: {self.kind}: {self.message}"
-        return text + (f"\n    {self.source_line}" if self.source_line else "")
-
-    def to_dict(self) -> dict:
-        return {"kind": self.kind, "message": self.message, "line": self.line, "source_line": self.source_line}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> ProgramError:
-        return cls(d["kind"], d["message"], d.get("line"), d.get("source_line"))
-
-
-def error_at(kind: str, message: str, source: str, line: int | None) -> ProgramError:
-    """A ProgramError for `line` of `source`, with that line's text."""
-    lines = source.splitlines()
-    text = lines[line - 1].strip() if line is not None and 0 < line <= len(lines) else None
-    if text is not None and len(text) > 160:  # a 2,000-deep expression is quoted, not reprinted
-        text = text[:157] + "..."
-    return ProgramError(kind, message, line, text)
-
-
-# Python built-ins with the reason a program may not use them; any other built-in gets a generic reason.
-_BUILTIN_REASONS = {
-    **dict.fromkeys(
-        ("eval", "exec", "compile", "open", "__import__", "input", "breakpoint", "exit", "quit", "help"),
-        "is not available: programs cannot run code, read or write files or import",
-    ),
-    **dict.fromkeys(
-        ("getattr", "setattr", "delattr", "hasattr", "globals", "locals", "vars", "dir", "type", "object", "super"),
-        "is not available: programs cannot inspect or reach objects; read obs.<field> directly",
-    ),
-    "len": "is not available: obs.allies always has 4 units; use count_alive(units) to count living ones",
-    "print": "is not available: a program cannot print; return an action",
-    "sum": "is not available: add up in a `for` loop",
-    "round": "is not available: use // for floor",
-    "int": "is not available: numbers are float32; use // for floor",
-    "float": "is not available: numbers are already float32",
-    "range": "is only allowed as the iterable of `for i in range(N)`",
-}
-
-# Syntax outside the language, by AST node type, with the reason given.
-_NODE_REASONS = {
-    ast.Import: "imports are not allowed",
-    ast.ImportFrom: "imports are not allowed",
-    ast.While: f"while loops are not allowed; use `for i in range(N)` with a constant N <= {limits.MAX_UNROLL}",
-    ast.Break: "break is not supported; use a condition (or return)",
-    ast.Continue: "continue is not supported; use an if",
-    ast.Lambda: "lambda is not allowed; define a top-level helper function",
-    ast.ListComp: "comprehensions are not allowed; use a for loop",
-    ast.SetComp: "comprehensions are not allowed; use a for loop",
-    ast.DictComp: "comprehensions are not allowed; use a for loop",
-    ast.GeneratorExp: "generator expressions are not allowed; use a for loop",
-    ast.ClassDef: "classes are not allowed",
-    ast.AsyncFunctionDef: "async functions are not allowed",
-    ast.With: "with is not allowed",
-    ast.AsyncWith: "with is not allowed",
-    ast.AsyncFor: "async for is not allowed",
-    ast.Try: "try is not allowed; programs cannot raise or catch exceptions",
-    ast.Raise: "raise is not allowed",
-    ast.Assert: "assert is not allowed",
-    ast.Delete: "del is not allowed",
-    ast.Global: "global is not allowed",
-    ast.Nonlocal: "nonlocal is not allowed",
-    ast.Yield: "yield is not allowed",
-    ast.YieldFrom: "yield is not allowed",
-    ast.Await: "await is not allowed",
-    ast.JoinedStr: "f-strings are not allowed (strings are not part of the language)",
-    ast.FormattedValue: "f-strings are not allowed (strings are not part of the language)",
-    ast.NamedExpr: "the walrus operator := is not allowed; assign on its own line",
-    ast.Starred: "starred expressions (*x) are not allowed",
-    ast.List: "lists are not part of the language (obs.allies is the one list)",
-    ast.Tuple: "tuples are not part of the language; assign one name at a time",
-    ast.Dict: "dicts are not part of the language",
-    ast.Set: "sets are not part of the language",
-    ast.Slice: "slices are not allowed; index with a constant, e.g. obs.allies[0]",
-    ast.AnnAssign: "annotated assignments are not supported; write `x = value`",
-    ast.Match: "match is not allowed; use if/elif/else",
-}
-if hasattr(ast, "TryStar"):
-    _NODE_REASONS[ast.TryStar] = "try is not allowed; programs cannot raise or catch exceptions"
-
-_OPERATORS = {
-    ast.Add: "+",
-    ast.Sub: "-",
-    ast.Mult: "*",
-    ast.Div: "/",
-    ast.FloorDiv: "//",
-    ast.Mod: "%",
-    ast.Pow: "**",
-    ast.Lt: "<",
-    ast.LtE: "<=",
-    ast.Gt: ">",
-    ast.GtE: ">=",
-    ast.Eq: "==",
-    ast.NotEq: "!=",
-    ast.And: "and",
-    ast.Or: "or",
-    ast.Not: "not",
-    ast.USub: "-",
-    ast.UAdd: "+",
-}
-
-# Names a program may read but never assign.
-RESERVED = frozenset(HELPERS) | frozenset(ACTIONS) | frozenset(CONSTANTS) | {"range"}
+# The sandbox's own entry point, and the names of its parts that callers import from here.
+__all__ = ["KINDS", "RESERVED", "ProgramError", "check_program"]
 
 
 def check_program(source: str) -> ast.Module:
@@ -215,7 +98,7 @@ class _Checker:
         self._no_recursion()
 
     def _statement_error(self, stmt: ast.stmt, top_level: bool = False) -> ProgramError:
-        reason = _NODE_REASONS.get(type(stmt))
+        reason = NODE_REASONS.get(type(stmt))
         if reason:
             return self.fail("forbidden", reason, stmt)
         if isinstance(stmt, ast.Expr):
@@ -233,7 +116,7 @@ class _Checker:
             raise self.fail("forbidden", f"names with a double underscore are not allowed: {name}", node)
         if name in RESERVED or name in self.functions:
             raise self.fail("forbidden", f"{name} is a name of the language and cannot be redefined as a {what}", node)
-        if name in _BUILTIN_REASONS or hasattr(builtins, name):
+        if name in BUILTIN_REASONS or hasattr(builtins, name):
             raise self.fail("forbidden", f"{name} is a Python built-in and cannot be redefined as a {what}", node)
 
     def _declare_function(self, fn: ast.FunctionDef) -> None:
@@ -334,11 +217,11 @@ class _Checker:
             if isinstance(target, ast.Attribute) and "__" in target.attr:
                 raise self.fail("forbidden", f"dunder attributes are not allowed: .{target.attr}", target)
             raise self.fail("forbidden", "obs and its records are read-only; assign to a variable instead", target)
-        reason = _NODE_REASONS.get(type(target), "assign to a single name: x = value")
+        reason = NODE_REASONS.get(type(target), "assign to a single name: x = value")
         raise self.fail("forbidden", reason, target)
 
     def _operator(self, op: ast.AST, node: ast.AST) -> None:
-        if type(op) not in _OPERATORS:
+        if type(op) not in OPERATORS:
             raise self.fail(
                 "forbidden", f"operator {type(op).__name__} is not supported; use + - * / // % ** and/or/not", node
             )
@@ -347,7 +230,7 @@ class _Checker:
         stack = [root]
         while stack:
             node = stack.pop()
-            reason = _NODE_REASONS.get(type(node))
+            reason = NODE_REASONS.get(type(node))
             if reason:
                 raise self.fail("forbidden", reason, node)
             if isinstance(node, ast.Name):
@@ -378,7 +261,7 @@ class _Checker:
                 stack.extend(node.values)
             elif isinstance(node, ast.Compare):
                 for op in node.ops:
-                    if type(op) not in _OPERATORS:
+                    if type(op) not in OPERATORS:
                         raise self.fail("forbidden", f"comparison {type(op).__name__} is not supported", node)
                 stack.extend([node.left, *node.comparators])
             elif isinstance(node, ast.IfExp):
@@ -394,8 +277,8 @@ class _Checker:
             raise self.fail("type", f"{name} is a function: call it, {name}(...)", node)
         if name in scope or name in ACTIONS or name in CONSTANTS:
             return
-        if name in _BUILTIN_REASONS:
-            raise self.fail("forbidden", f"{name} {_BUILTIN_REASONS[name]}", node)
+        if name in BUILTIN_REASONS:
+            raise self.fail("forbidden", f"{name} {BUILTIN_REASONS[name]}", node)
         if hasattr(builtins, name):
             raise self.fail("forbidden", f"{name} is a Python built-in the language does not have", node)
         if name == "obs":
@@ -432,8 +315,8 @@ class _Checker:
         if "__" in name:
             raise self.fail("forbidden", f"names with a double underscore are not allowed: {name}", node)
         for arg in node.args:  # *args and generators first: their reason beats an argument count
-            if type(arg) in _NODE_REASONS:
-                raise self.fail("forbidden", _NODE_REASONS[type(arg)], arg)
+            if type(arg) in NODE_REASONS:
+                raise self.fail("forbidden", NODE_REASONS[type(arg)], arg)
         if name in HELPERS:
             h = HELPERS[name]
             if len(node.args) < h.min_args or (h.max_args is not None and len(node.args) > h.max_args):
@@ -442,8 +325,8 @@ class _Checker:
             want = len(self.functions[name].args.args)
             if len(node.args) != want:
                 raise self.fail("type", f"{name} takes {want} argument(s), got {len(node.args)}", node)
-        elif name in _BUILTIN_REASONS:
-            raise self.fail("forbidden", f"{name} {_BUILTIN_REASONS[name]}", node)
+        elif name in BUILTIN_REASONS:
+            raise self.fail("forbidden", f"{name} {BUILTIN_REASONS[name]}", node)
         elif hasattr(builtins, name):
             raise self.fail("forbidden", f"{name} is a Python built-in the language does not have", node)
         elif name in self.functions:

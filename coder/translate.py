@@ -32,7 +32,8 @@ from jaxarena.types import OBS_SIZE
 from . import limits
 from .helpers import HELPERS, call
 from .language import ACTIONS, CONSTANTS
-from .sandbox import ProgramError, check_program, error_at
+from .program_error import ProgramError, error_at
+from .sandbox import check_program
 from .values import (
     ACTION,
     UNITS,

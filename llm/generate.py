@@ -14,8 +14,8 @@ How a batch of chat prompts becomes replies:
    `PREFIX_BLOCK` so that different system prompts share one compiled program)
    and reused by every batch that shares it.
 3. The rest (the state line + the assistant opening) is left-padded to one of
-   a few bucket lengths, and the batch to one of a few bucket sizes, so a run
-   compiles a handful of programs and then never again.
+   a few bucket lengths, and the batch to one of a few bucket sizes
+   (`buckets`), so a run compiles a handful of programs and then never again.
 4. A jitted *read* program runs the suffixes and samples the first token; a
    jitted *decode* program then feeds back one token per call until
    `max_new_tokens` (or every row has ended its turn). Sampling is top-k 40 →
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import hashlib
 import threading
 from collections.abc import Sequence
 from functools import partial
@@ -41,6 +40,7 @@ import numpy as np
 from . import lora
 from . import model as M
 from . import programs as P
+from .buckets import bucket, pack_suffixes
 from .choice import TAG_OPTIONS, choose_option, option_token_ids, softmax
 from .tokenizer import ChatTokenizer
 from .weights import LoadedModel, load_model
@@ -64,20 +64,6 @@ class Generation:
     error: str | None = None
     first_logits: np.ndarray | None = None
     probs: tuple[float, ...] | None = None
-
-
-def prompt_rng_key(system: str, user: str, seed: int) -> np.ndarray:
-    """Raw threefry key data (2 × uint32) from a hash of the prompt and seed.
-
-    Hashing the text (not the position in a batch) is what makes sampling
-    reproducible regardless of batch composition.
-    """
-    h = hashlib.blake2b(digest_size=8)
-    h.update(seed.to_bytes(8, "little", signed=True))
-    h.update(system.encode("utf-8"))
-    h.update(b"\x00")
-    h.update(user.encode("utf-8"))
-    return np.frombuffer(h.digest(), dtype=np.uint32).copy()
 
 
 @dataclasses.dataclass
@@ -199,12 +185,6 @@ class GGUFGenerator:
         return (), option_token_ids(self.tokenizer.encode, options)
 
     # ------------------------------------------------------------- generation
-    def _bucket(self, n: int, buckets: Sequence[int]) -> int | None:
-        for b in buckets:
-            if n <= b:
-                return b
-        return None
-
     def generate(
         self,
         prompts: Sequence[tuple[str, str]],
@@ -291,21 +271,8 @@ class GGUFGenerator:
                     results[i] = gen
         return [results[where[p]] for p in prompts]
 
-    def _pack(self, chunk, prompts):
-        """A chunk's suffixes left-padded into (B, S) bucket shapes, with per-row pad counts and keys."""
-        B = self._bucket(len(chunk), self.batch_buckets)
-        S = self._bucket(max(len(s) for _, s in chunk), self.suffix_buckets)
-        tokens = np.zeros((B, S), np.int32)
-        n_pad = np.full((B,), S - 1, np.int32)  # filler rows: one token, ignored
-        key_data = np.zeros((B, 2), np.uint32)
-        for r, (i, suffix) in enumerate(chunk):
-            tokens[r, S - len(suffix) :] = suffix
-            n_pad[r] = S - len(suffix)
-            key_data[r] = prompt_rng_key(prompts[i][0], prompts[i][1], self.seed)
-        return tokens, n_pad, key_data
-
     def _choice_chunk(self, prefix, chunk, prompts, options, option_ids, lead, temperature, top_p):
-        tokens, n_pad, key_data = self._pack(chunk, prompts)
+        tokens, n_pad, key_data = pack_suffixes(chunk, prompts, self.batch_buckets, self.suffix_buckets, self.seed)
         logits = np.asarray(
             self._options(
                 self.params, prefix.k, prefix.v, prefix.valid, np.int32(prefix.length), tokens, n_pad, option_ids
@@ -319,7 +286,7 @@ class GGUFGenerator:
         return out
 
     def _run_chunk(self, prefix, chunk, prompts, temperature, top_p, return_logits):
-        tokens, n_pad, key_data = self._pack(chunk, prompts)
+        tokens, n_pad, key_data = pack_suffixes(chunk, prompts, self.batch_buckets, self.suffix_buckets, self.seed)
         new, logits0 = self._run_program(prefix, tokens, n_pad, key_data, temperature, top_p, len(chunk))
         logits0 = np.asarray(logits0) if return_logits else None
         out = []
@@ -373,7 +340,7 @@ class GGUFGenerator:
     def full_logits(self, system: str, user: str) -> np.ndarray:
         """Next-token logits (V,) from the plain, uncached forward (reference path)."""
         ids = self.tokenizer.encode(self.tokenizer.render(system, user))
-        T = self._bucket(len(ids), (64, 128, 256, 512, 1024, 2048)) or len(ids)
+        T = bucket(len(ids), (64, 128, 256, 512, 1024, 2048)) or len(ids)
         toks = np.zeros((1, T), np.int32)
         toks[0, : len(ids)] = ids
         valid = (np.arange(T) < len(ids))[None]
@@ -387,8 +354,8 @@ class GGUFGenerator:
         prefix = self._prefix(ids)
         _, option_ids = self.option_tokens()
         for b in batch_sizes or self.batch_buckets:
-            S = self._bucket(suffix_len, self.suffix_buckets)
-            B = self._bucket(b, self.batch_buckets)
+            S = bucket(suffix_len, self.suffix_buckets)
+            B = bucket(b, self.batch_buckets)
             tokens, n_pad = np.zeros((B, S), np.int32), np.full((B,), S - 1, np.int32)
             if decode == "choice":
                 out = self._options(

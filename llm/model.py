@@ -2,7 +2,7 @@
 
 qwen2 differs from llama only by q/k/v biases (`bqkv`, present only when the
 model has them, so llama's graph is unchanged); both use rotate-half RoPE here
-(see `weights._dequantize_all`).
+(see `dequantize.dequantize_all`).
 
 Everything here is pure and jittable. SmolLM2's 30 blocks are an unrolled Python loop
 over per-layer weights (see `layers_forward` for the measurements that ruled
@@ -53,7 +53,7 @@ def rope_tables(positions: jax.Array, head_dim: int, base: float) -> tuple[jax.A
 
 
 def rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
-    """Rotary embedding, rotate-half layout (see `weights._unpermute_qk`).
+    """Rotary embedding, rotate-half layout (see `dequantize._unpermute_qk`).
 
     x: (B, T, heads, head_dim); cos/sin from `rope_tables`.
     """

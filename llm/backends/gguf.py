@@ -45,8 +45,9 @@ def check_gguf(path: Path) -> dict:
     """
     import gguf
 
+    from ..dequantize import check_tensor_types
+    from ..gguf_config import ModelConfig, read_gguf_fields
     from ..tokenizer import SUPPORTED_PRE, SUPPORTED_TOKENIZERS
-    from ..weights import ModelConfig, check_tensor_types, read_gguf_fields
 
     with open(path, "rb") as f:
         if f.read(4) != b"GGUF":

@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from jaxarena.llm import weights
+from jaxarena.llm import dequantize, weights, weights_cache
 
 
 def _rope_pairs(x, pos, base=100000.0):
@@ -33,7 +33,7 @@ def test_unpermuted_rows_with_rotate_half_equal_gguf_rows_with_pair_rope():
     rng = np.random.default_rng(0)
     n_heads, head_dim, d_in = 3, 8, 5
     w_gguf = rng.normal(size=(n_heads * head_dim, d_in))  # (out, in), as gguf dequantizes
-    w_ours = weights._unpermute_qk(w_gguf, n_heads)
+    w_ours = dequantize._unpermute_qk(w_gguf, n_heads)
     xq, xk = rng.normal(size=d_in), rng.normal(size=d_in)
     for pq, pk in [(0, 0), (7, 3), (40, 39)]:
         q_ref = _rope_pairs((w_gguf @ xq).reshape(n_heads, head_dim), pq)
@@ -65,7 +65,7 @@ def _tiny_arrays():
     cfg = weights.ModelConfig.from_gguf_fields(TINY_META)
     rng = np.random.default_rng(1)
     out = {}
-    for name, shape in weights._expected_shapes(cfg).items():
+    for name, shape in weights_cache.expected_shapes(cfg).items():
         a = rng.normal(size=shape).astype(np.float32)
         out[name] = a if name.endswith("norm") else a.astype(ml_dtypes.bfloat16)
     return out
@@ -74,8 +74,8 @@ def _tiny_arrays():
 def test_cache_round_trip_is_exact(tmp_path):
     arrays = _tiny_arrays()
     path = tmp_path / "w.bin"
-    weights._save_atomic(path, {k: weights._encode(v) for k, v in arrays.items()}, TINY_META)
-    meta, back = weights._read_cache(path)
+    weights_cache.save_atomic(path, {k: weights_cache.encode(v) for k, v in arrays.items()}, TINY_META)
+    meta, back = weights_cache.read_cache(path)
     assert meta == TINY_META
     for k, v in arrays.items():
         assert back[k].dtype == v.dtype and back[k].shape == v.shape
@@ -87,13 +87,13 @@ def test_bad_caches_are_rejected(tmp_path):
     garbage = tmp_path / "garbage.bin"
     garbage.write_bytes(b"not a cache at all")
     with pytest.raises(ValueError):
-        weights._read_cache(garbage)
+        weights_cache.read_cache(garbage)
     arrays = _tiny_arrays()
     del arrays["wq"]
     short = tmp_path / "short.bin"
-    weights._save_atomic(short, {k: weights._encode(v) for k, v in arrays.items()}, TINY_META)
+    weights_cache.save_atomic(short, {k: weights_cache.encode(v) for k, v in arrays.items()}, TINY_META)
     with pytest.raises(ValueError, match="wq"):
-        weights._read_cache(short)
+        weights_cache.read_cache(short)
 
 
 def test_cache_dir_follows_env(monkeypatch, tmp_path):

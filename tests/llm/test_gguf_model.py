@@ -103,6 +103,7 @@ def test_wrong_qk_layout_would_be_caught(arch):
     """Using the other architecture's Q/K row order moves the logits far past the tolerance."""
     import jax.numpy as jnp
 
+    from jaxarena.llm import dequantize
     from jaxarena.llm import weights as W
     from jaxarena.llm.generate import GGUFGenerator
 
@@ -111,7 +112,7 @@ def test_wrong_qk_layout_would_be_caught(arch):
     for key, heads in (("wq", cfg.n_heads), ("wk", cfg.n_kv_heads)):
         w = loaded.weights[key]
         # (L, in, out): permute the output rows per layer as the llama loader would (or would not).
-        loaded.weights[key] = np.stack([W._unpermute_qk(layer.T, heads).T for layer in w])
+        loaded.weights[key] = np.stack([dequantize._unpermute_qk(layer.T, heads).T for layer in w])
     gen = GGUFGenerator(loaded, dtype=jnp.float32, batch_buckets=(1,), suffix_buckets=(256,))
     case = reference(arch)["chat"][0]
     diff = np.abs(gen.full_logits(case["system"], case["user"]) - _ref_logits(arch)[0]).max()
