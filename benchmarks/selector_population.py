@@ -3,7 +3,7 @@
     python benchmarks/selector_population.py                        # C vs C-scripted, 200 episodes a cell
     python benchmarks/selector_population.py --selectors C C-scripted C-nodeduction --episodes 500
 
-Seed 001's ablation compares an agent trained against a population of varied
+The Werewolf paper's ablation compares an agent trained against a population of varied
 opponents with one trained by self-play. Here: the shipped `C` (population:
 scripted bots, their variants and RL-trained bots) against `C-scripted`
 (the three scripted bots only), both choosing among the same LLM candidates

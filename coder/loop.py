@@ -40,7 +40,7 @@ __all__ = ["Loop", "LoopConfig", "LoopError", "load_events", "make_loop_backend"
 
 
 def update_skills(skills: dict, names: list[str], scores: list[Score]) -> dict:
-    """Seed 002's eq. 4 for every skill of the plan and every candidate: the running mean of rollout scores.
+    """SMAC-R1's eq. 4 for every skill of the plan and every candidate: the running mean of rollout scores.
 
     The rollout score G is the win rate; a program that failed or was missing scores G = 0, as the paper
     sets the win rate to 0 when the code raises.

@@ -163,7 +163,7 @@ def planner_prompt(
     history: Sequence[tuple[str, float]] = (),
     last: Score | None = None,
 ) -> Prompt:
-    """Seed 002's planner input (Table 6): last results, skills with r_i, past strategies and rewards.
+    """SMAC-R1's planner input (Table 6): last results, skills with r_i, past strategies and rewards.
 
     The task is fixed for a run, so it goes in the system prompt (a backend's shared, cached prefix).
     """
@@ -207,7 +207,7 @@ def coder_prompt(
     suggestion: str | None = None,
     previous_code: str | None = None,
 ) -> Prompt:
-    """Seed 002's coder input (Table 8): the critic's suggestion and the code it read (when fixing), the tactics."""
+    """SMAC-R1's coder input (Table 8): the critic's suggestion and the code it read (when fixing), the tactics."""
     parts = []
     if suggestion:
         if previous_code:
@@ -235,7 +235,7 @@ some of it. Do not write the revised code. End with exactly one of [Change Tacti
 def critic_prompt(
     task: str, plan: str, code: str | None, score: Score, round_index: int, others: Sequence[Score] = ()
 ) -> Prompt:
-    """Seed 002's critic input (Table 10): tactics, the code with line numbers, the result (the task: system)."""
+    """SMAC-R1's critic input (Table 10): tactics, the code with line numbers, the result (the task: system)."""
     parts = [f"Round {round_index}.", f"The tactics:\n{clip(plan, MAX_TEXT_CHARS).strip()}"]
     if code:
         parts.append(f"The program:\n```\n{numbered(clip(code, MAX_CODE_CHARS))}\n```")

@@ -16,7 +16,7 @@ PROGRAM_ERROR = -0.5
 
 @dataclasses.dataclass(frozen=True)
 class ScoreConfig:
-    """How programs are scored. The defaults are the issue's: >= 1,000 episodes per bot, all three bots.
+    """How programs are scored. The defaults: >= 1,000 episodes per bot, all three bots.
 
     lanes: episodes played side by side (the compiled program's batch).
     batch: candidates per compiled program. Compiling costs seconds, so candidates share one; but every lane

@@ -2,7 +2,7 @@
 
 The embedded SmolLM2 answers ~40 choice-decoded prompts/s on this CPU, while
 PPO on the decision MDP needs millions of decisions, so the LLM cannot run in
-the training graph. Issue #12 allows the fallback used here: a table keyed
+the training graph. The fallback used here is a table keyed
 by quantised state. Every deduction cell (`deduction.NUM_DEDUCTION_CELLS`)
 and candidate cell (`candidates.NUM_CANDIDATE_CELLS`) is put to the LLM once;
 the jitted loop then reads the answers with `deduce` and `propose`.
