@@ -35,7 +35,6 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxarena.history import NUM_OPPONENT_CLASSES, DecisionHistory
 from jaxarena.names import NUM_TAGS
 from jaxarena.types import EnvParams
 
@@ -50,6 +49,7 @@ from .candidates import (
 )
 from .choice import TAG_OPTIONS
 from .deduction import NUM_DEDUCTION_CELLS, deduction_cell, deduction_prompt
+from .history import NUM_OPPONENT_CLASSES, DecisionHistory
 from .types import Backend, Prompt, Reply
 
 #: Where the shipped tables live; `load_table(name)` finds `<name>.npz` here.

@@ -8,7 +8,7 @@ import pytest
 
 import jaxarena
 from jaxarena.algorithms.checkpoint import load_policy
-from jaxarena.history import HISTORY_LEN, empty_history, push
+from jaxarena.llm.history import HISTORY_LEN, empty_history, push
 from jaxarena.llm.strategy_table import load_table, propose
 from jaxarena.names import BOT_TYPES
 from jaxarena.observe import llm_features

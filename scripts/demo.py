@@ -1,6 +1,6 @@
 """A first look at the arena: a random squad against each bot, then a GIF.
 
-    python -m jaxarena.demo [--episodes 1000] [--out out/demo]
+    python scripts/demo.py [--episodes 1000] [--out out/demo]
 
 Runs every bot's batch of episodes as one jitted, vmapped rollout, prints
 the outcome shares, and writes a GIF of one episode per bot.
@@ -16,11 +16,11 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from .names import BOT_TYPES, OUTCOMES
-from .policies import random_policy
-from .registry import make
-from .render import record_episode, render_frames, write_gif
-from .runner import make_runner
+from jaxarena.names import BOT_TYPES, OUTCOMES
+from jaxarena.policies import random_policy
+from jaxarena.registry import make
+from jaxarena.render import record_episode, render_frames, write_gif
+from jaxarena.runner import make_runner
 
 
 def random_squad_outcomes(bot: str, episodes: int, seed: int) -> np.ndarray:
