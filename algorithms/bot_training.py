@@ -9,7 +9,7 @@
 The environment is `jaxarena.bot_arena.BotArena` (the bot learns, the squad's
 tag is redrawn every 5 s), the learner `algorithms.ppo_core`. The network is
 the arena's own MLP (`jaxarena.learned_bot`) wrapped as a flax module, so a
-checkpoint, `params["params"]["actor"]`, is exactly the pytree
+checkpoint, `params["params"]["actor"]`, is exactly the `BotWeights`
 `EnvParams.bot_weights` takes: the arena plays it without this module.
 """
 
@@ -25,7 +25,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxarena.bot_arena import BotArena
-from jaxarena.learned_bot import bot_logits, bot_value, init_bot_value_weights, init_bot_weights
+from jaxarena.learned_bot import (
+    BotWeights,
+    bot_logits,
+    bot_value,
+    check_bot_weights,
+    init_bot_value_weights,
+    init_bot_weights,
+)
 from jaxarena.names import BOT_LEARNED, BOT_WIN, NPC_WIN, NUM_TAGS, TIMEOUT
 from jaxarena.runner import make_runner
 from jaxarena.types import EnvParams
@@ -39,7 +46,7 @@ DEFAULT_CONFIG = CoreConfig(num_envs=64, num_steps=64, update_epochs=4, num_mini
 class BotActorCritic(nn.Module):
     """`apply(params, obs) -> (logits (B, 9), value (B,))` over the learned bot's MLPs.
 
-    The actor's parameters are `init_bot_weights`' dict as is, under "actor",
+    The actor's parameters are `init_bot_weights`' `BotWeights` as is, under "actor",
     so `params["params"]["actor"]` is a bot the arena can run.
     """
 
@@ -52,7 +59,7 @@ class BotActorCritic(nn.Module):
         return bot_logits(actor, obs), bot_value(critic, obs)
 
 
-def actor_weights(network_params) -> dict:
+def actor_weights(network_params) -> BotWeights:
     """The bot weights (`EnvParams.bot_weights`) inside `BotActorCritic` parameters."""
     return network_params["params"]["actor"]
 
@@ -70,7 +77,7 @@ def train_bot(
     hidden: int = 64,
     env_id: str | None = None,
     approach_shaping: float = 3.0,
-) -> tuple[list[dict], dict[str, np.ndarray]]:
+) -> tuple[list[BotWeights], dict[str, np.ndarray]]:
     """Train a bot against `squad_policy`; returns (checkpoints, oldest first; metrics per update).
 
     `total_steps` and `checkpoint_every` count arena ticks over all arenas
@@ -78,7 +85,7 @@ def train_bot(
     `config.num_steps`)) PPO updates, at least one, and takes
     round(total_steps / checkpoint_every) checkpoints (default one) evenly
     spaced, the last at the end, so the list is never empty. Each is a
-    bot-weights pytree on the host; `metrics["checkpoint_env_steps"]` says
+    `BotWeights` on the host; `metrics["checkpoint_env_steps"]` says
     after how many env steps each was taken.
     `metrics` holds one entry per update (`ppo_core`'s: losses, reward_mean,
     episodes, and the episode-end means of `BotArena`'s info: bot_win,
@@ -131,7 +138,7 @@ def random_tags(features, prev_tags, done, time_s, key) -> jax.Array:
 
 
 def evaluate_bot(
-    weights: dict,
+    weights: BotWeights,
     squad_policy: Callable,
     squad_params: Any,
     env_params: EnvParams,
@@ -150,7 +157,7 @@ def evaluate_bot(
     from jaxarena.registry import arena_for
 
     env_id = env_id or getattr(squad_policy, "env_id", "Arena-v0")
-    params = env_params.replace(bot_type=BOT_LEARNED, bot_weights=jax.tree.map(jnp.asarray, weights))
+    params = env_params.replace(bot_type=BOT_LEARNED, bot_weights=check_bot_weights(weights))
     arena = arena_for(env_id, params)
     run = jax.jit(make_runner(arena, params, squad_policy, random_tags, num_episodes))
     result = jax.device_get(run(squad_params, params, key))

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxarena
-from jaxarena.intents import EXTRA_MEASURES, INTENTS, MEASURES, episode_measures
+from jaxarena.analysis.intents import EXTRA_MEASURES, INTENTS, MEASURES, episode_measures
 from jaxarena.names import BOT_TYPES, BOT_WIN, NPC_WIN, NUM_TAGS, OUTCOMES, TIMEOUT, tag_index
 from jaxarena.policies import Policy
 from jaxarena.runner import hold_tags, make_runner
@@ -51,7 +51,7 @@ def run_episodes(
     3 timeout), `episode_time` (s), `damage_dealt` (HP the squad took off
     the bot), `episode_return` (rewards summed, averaged over the 5 NPCs;
     the team reward alone unless `shaping_weight=...` adds the shaping), and the intent measures
-    (`jaxarena.intents`): `coverage`, `damage_rate`, `flank_share`, `far_share`,
+    (`jaxarena.analysis.intents`): `coverage`, `damage_rate`, `flank_share`, `far_share`,
     `lateral_share` and `distance` (also as `mean_distance`).
     """
     tag = tag_index(tag)
@@ -109,7 +109,7 @@ def tag_response(
 
     Every (bot, tag) cell replays the same `n` seeded episodes, so tags are
     compared on paired starts. Returns arrays of shape (len(bots), 4 tags, n):
-    the four intent measures (`jaxarena.intents.MEASURES`), `distance` and
+    the four intent measures (`jaxarena.analysis.intents.MEASURES`), `distance` and
     `lateral_share` (`EXTRA_MEASURES`; distance also as its older name `mean_distance`), `damage_dealt`, `episode_time`
     and `npc_win` (0/1); average over axes 0 and 2 for one figure per tag.
     """

@@ -39,7 +39,8 @@ import numpy as np
 
 import jaxarena
 from jaxarena.algorithms.checkpoint import load_policy
-from jaxarena.history import (
+from jaxarena.llm.deduction import deduction_cell
+from jaxarena.llm.history import (
     APPROACH,
     HISTORY_LEN,
     NEAREST,
@@ -50,7 +51,6 @@ from jaxarena.history import (
     opponent_class,
     push,
 )
-from jaxarena.llm.deduction import deduction_cell
 from jaxarena.llm.logistic import fit_logistic, majority_class, predict
 from jaxarena.llm.strategy_table import load_table
 from jaxarena.names import BOT_TYPES, NUM_TAGS

@@ -1,4 +1,4 @@
-"""How fast the counterfactual oracle prices decision states (`jaxarena.oracle`).
+"""How fast the counterfactual oracle prices decision states (`jaxarena.analysis.oracle`).
 
     python benchmarks/oracle_throughput.py                       # B-paper, 256 states, K = 16
     python benchmarks/oracle_throughput.py --states 512 --rollouts 8 --horizon 2
@@ -28,8 +28,8 @@ import numpy as np
 
 import jaxarena
 from jaxarena.algorithms.checkpoint import load_policy
+from jaxarena.analysis.oracle import make_pricer
 from jaxarena.names import BOT_TYPES
-from jaxarena.oracle import make_pricer
 from jaxarena.protocol.policies import policy_env_id
 from jaxarena.runner import fixed_tags, make_runner
 

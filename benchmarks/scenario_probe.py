@@ -5,7 +5,7 @@ arena, the runner's paired starts) with each intent squad of
 `jaxarena.policies` and with squads that switch tactic by the bot's *true*
 mode (read from the state every decision period by `true_mode_tags`; an
 oracle, not a player). Prints one JSON line per cell: NPC win rate with its
-95% Wilson interval, and the mean intent measures of `jaxarena.intents`
+95% Wilson interval, and the mean intent measures of `jaxarena.analysis.intents`
 (coverage, damage rate, flank share, far share; distance and lateral share) for what a scripted squad
 reaches on the tag-response matrix's columns.
 
@@ -29,7 +29,7 @@ import numpy as np
 
 import jaxarena
 from jaxarena.algorithms.evaluation import wilson_interval
-from jaxarena.intents import EXTRA_MEASURES, INTENTS, MEASURES, episode_measures
+from jaxarena.analysis.intents import EXTRA_MEASURES, INTENTS, MEASURES, episode_measures
 from jaxarena.names import NPC_WIN
 from jaxarena.policies import (
     flank_policy,

@@ -36,9 +36,9 @@ import numpy as np
 import jaxarena
 from jaxarena.algorithms.bot_training import train_bot
 from jaxarena.algorithms.checkpoint import load_policy
+from jaxarena.analysis.oracle import wilson
 from jaxarena.llm.strategy_table import load_table
 from jaxarena.names import BOT_LEARNED
-from jaxarena.oracle import wilson
 from jaxarena.runner import make_runner
 from jaxarena.selector.population import scripted_members, variant_members
 from jaxarena.selector.source import selector_tag_source

@@ -4,7 +4,7 @@
     python benchmarks/tag_response.py --policy B-raid --reference A-raid --scenario raid --markdown
 
 Rows: a tag held for the whole episode. Columns: the four intent measures of
-`jaxarena.intents` (coverage for Surround, damage rate for Aggressive, flank
+`jaxarena.analysis.intents` (coverage for Surround, damage rate for Aggressive, flank
 share for Flank, far share for Retreat) and, for reference, the mean distance
 to the bot and the lateral share at any distance, each a mean over `--episodes`
 seeded episodes with its 95% CI (mean +- 1.96 standard errors). Every cell
@@ -30,7 +30,7 @@ import numpy as np
 
 from jaxarena.algorithms.checkpoint import load_policy
 from jaxarena.algorithms.evaluation import run_episodes, tag_response, wilson_interval
-from jaxarena.intents import DIRECTION, EXTRA_MEASURES, MEASURES
+from jaxarena.analysis.intents import DIRECTION, EXTRA_MEASURES, MEASURES
 from jaxarena.names import BOT_TYPES, FLANK, NPC_WIN, NUM_TAGS, TAG_NAMES
 
 
@@ -95,7 +95,7 @@ def main():
             }
             print(json.dumps(row), flush=True)
         own = {TAG_NAMES[t]: own_tag_best(cells[m], t, DIRECTION[t]) for t, m in enumerate(MEASURES)}
-        # Flank's earlier measure, at any distance (jaxarena.intents), still reported.
+        # Flank's earlier measure, at any distance (jaxarena.analysis.intents), still reported.
         flank_lateral = own_tag_best(cells["lateral_share"], FLANK, DIRECTION[FLANK])
         best = int(np.argmax(wins))
         gap = 100 * (a_rate - wins[best] / args.episodes)

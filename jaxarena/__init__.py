@@ -64,19 +64,16 @@ if TYPE_CHECKING:
 
 # Submodules reachable as attributes (`jaxarena.wrappers.LogWrapper`) without an explicit import.
 _SUBMODULES = (
+    "analysis",
     "bot_arena",
     "bots",
     "checks",
-    "demo",
     "env",
     "files",
     "formations",
-    "history",
-    "intents",
     "learned_bot",
     "names",
     "observe",
-    "oracle",
     "physics",
     "policies",
     "registry",

@@ -7,18 +7,21 @@ strikes by the scripted bots' rule (the nearest living NPC, when in melee
 range and ready), so a learned bot and a scripted one differ in movement
 alone and the arena's damage rules stay in one place.
 
-Its policy is a plain pytree of arrays (`init_bot_weights`), so the arena
-runs it from `EnvParams.bot_weights` without importing any training code:
-`bot_logits(weights, bot_observation(state, params))`. A critic of the same
+Its policy is a `BotWeights`, a frozen pytree of six arrays (`init_bot_weights`),
+so the arena runs it from `EnvParams.bot_weights` without importing any
+training code: `bot_logits(weights, bot_observation(state, params))`. A critic of the same
 shape (`init_bot_value_weights`, `bot_value`) is for actor-critic trainers
 (`jaxarena.algorithms.bot_training`); the arena never reads it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
 
 from .bots import MODE_AGGRESSIVE, MODE_EVASIVE
 from .physics import nearest_box_point, norm
@@ -42,6 +45,27 @@ NPC_FEATURES = 7
 BOT_OBS_SIZE = SELF_FEATURES + NUM_NPCS * NPC_FEATURES
 # Each action's logits and the value come from obs -> hidden -> hidden -> out, tanh.
 WEIGHT_KEYS = ("w0", "b0", "w1", "b1", "w2", "b2")
+
+
+@struct.dataclass
+class BotWeights:
+    """The learned bot's MLP, obs -> hidden -> hidden -> out with tanh: `w*` (in, out) kernels, `b*` biases.
+
+    `init_bot_weights` makes the policy (NUM_BOT_ACTIONS outputs), `init_bot_value_weights`
+    a critic of the same layout (one output). A frozen pytree, so params holding it vmap
+    and stack like any other leaves; serialised (flax.serialization, msgpack) it is the
+    dict of the same keys. The fields are in the order that dict flattens in (sorted keys),
+    so a tree of `BotWeights` has the leaves, and an optimiser the arithmetic, of that dict.
+    """
+
+    b0: jax.Array  # (H,)
+    b1: jax.Array  # (H,)
+    b2: jax.Array  # (out,)
+    w0: jax.Array  # (BOT_OBS_SIZE, H)
+    w1: jax.Array  # (H, H)
+    w2: jax.Array  # (H, out)
+
+
 # Folded into the step key for the learned bot's draw, so the draw is independent
 # of the reset the same key seeds.
 _SAMPLE_STREAM = 0x1EA54ED
@@ -104,24 +128,24 @@ def _dense_init(key, n_in: int, n_out: int, scale: float) -> tuple[jax.Array, ja
     return w, jnp.zeros((n_out,), jnp.float32)
 
 
-def _init_mlp(key: jax.Array, hidden: int, n_out: int, out_scale: float) -> dict:
+def _init_mlp(key: jax.Array, hidden: int, n_out: int, out_scale: float) -> BotWeights:
     if int(hidden) < 1:
         raise ValueError(f"hidden must be a positive int, got {hidden}")
     k0, k1, k2 = jax.random.split(key, 3)
     w0, b0 = _dense_init(k0, BOT_OBS_SIZE, hidden, np.sqrt(2.0))
     w1, b1 = _dense_init(k1, hidden, hidden, np.sqrt(2.0))
     w2, b2 = _dense_init(k2, hidden, n_out, out_scale)
-    return {"w0": w0, "b0": b0, "w1": w1, "b1": b1, "w2": w2, "b2": b2}
+    return BotWeights(w0=w0, b0=b0, w1=w1, b1=b1, w2=w2, b2=b2)
 
 
-def _mlp(weights: dict, x: jax.Array) -> jax.Array:
-    h = jnp.tanh(x @ weights["w0"] + weights["b0"])
-    h = jnp.tanh(h @ weights["w1"] + weights["b1"])
-    return h @ weights["w2"] + weights["b2"]
+def _mlp(weights: BotWeights, x: jax.Array) -> jax.Array:
+    h = jnp.tanh(x @ weights.w0 + weights.b0)
+    h = jnp.tanh(h @ weights.w1 + weights.b1)
+    return h @ weights.w2 + weights.b2
 
 
-def init_bot_weights(key: jax.Array, hidden: int = 64) -> dict:
-    """A fresh policy: {w0, b0, w1, b1, w2, b2}, BOT_OBS_SIZE -> hidden -> hidden -> NUM_BOT_ACTIONS.
+def init_bot_weights(key: jax.Array, hidden: int = 64) -> BotWeights:
+    """A fresh policy: BOT_OBS_SIZE -> hidden -> hidden -> NUM_BOT_ACTIONS.
 
     The output layer starts small (orthogonal, gain 0.01), so a fresh bot
     moves almost uniformly at random, as PPO likes to start.
@@ -129,31 +153,36 @@ def init_bot_weights(key: jax.Array, hidden: int = 64) -> dict:
     return _init_mlp(key, hidden, NUM_BOT_ACTIONS, 0.01)
 
 
-def init_bot_value_weights(key: jax.Array, hidden: int = 64) -> dict:
+def init_bot_value_weights(key: jax.Array, hidden: int = 64) -> BotWeights:
     """A fresh critic of the same layout with one output (for `bot_value`)."""
     return _init_mlp(key, hidden, 1, 1.0)
 
 
-def bot_logits(weights: dict, obs: jax.Array) -> jax.Array:
+def bot_logits(weights: BotWeights, obs: jax.Array) -> jax.Array:
     """(..., NUM_BOT_ACTIONS) logits from (..., BOT_OBS_SIZE) observations."""
     return _mlp(weights, obs)
 
 
-def bot_value(weights: dict, obs: jax.Array) -> jax.Array:
+def bot_value(weights: BotWeights, obs: jax.Array) -> jax.Array:
     """(...,) state values from a critic made by `init_bot_value_weights`."""
     return _mlp(weights, obs)[..., 0]
 
 
-def check_bot_weights(weights) -> dict:
-    """The policy weights as float32 arrays, or ValueError/TypeError saying what is wrong.
+def check_bot_weights(weights) -> BotWeights:
+    """The policy as a `BotWeights` of float32 arrays, or ValueError/TypeError saying what is wrong.
 
-    For one unbatched policy (what `jaxarena.make(bot_weights=...)` takes):
-    the keys of `WEIGHT_KEYS`, shapes (BOT_OBS_SIZE, H), (H,), (H, H), (H,),
+    For one unbatched policy (what `jaxarena.make(bot_weights=...)` takes): a
+    `BotWeights`, or a mapping with the keys of `WEIGHT_KEYS` (say, weights
+    read back from a file), with shapes (BOT_OBS_SIZE, H), (H,), (H, H), (H,),
     (H, NUM_BOT_ACTIONS), (NUM_BOT_ACTIONS,).
     """
-    if not isinstance(weights, dict) or set(weights) != set(WEIGHT_KEYS):
-        got = sorted(weights) if isinstance(weights, dict) else type(weights).__name__
-        raise TypeError(f"bot_weights must be a dict with keys {list(WEIGHT_KEYS)} (init_bot_weights), got {got}")
+    if isinstance(weights, BotWeights):
+        weights = {k: getattr(weights, k) for k in WEIGHT_KEYS}
+    if not isinstance(weights, Mapping) or set(weights) != set(WEIGHT_KEYS):
+        got = sorted(weights) if isinstance(weights, Mapping) else type(weights).__name__
+        raise TypeError(
+            f"bot_weights must be a BotWeights (init_bot_weights) or a mapping with keys {list(WEIGHT_KEYS)}, got {got}"
+        )
     arrays = {k: np.asarray(v) for k, v in weights.items()}
     for k, a in arrays.items():
         if not np.issubdtype(a.dtype, np.floating):
@@ -175,7 +204,7 @@ def check_bot_weights(weights) -> dict:
                 f"bot_weights[{k!r}] must have shape {shape} for a {BOT_OBS_SIZE}-float observation and "
                 f"{NUM_BOT_ACTIONS} actions, got {arrays[k].shape}"
             )
-    return {k: jnp.asarray(a, jnp.float32) for k, a in arrays.items()}
+    return BotWeights(**{k: jnp.asarray(a, jnp.float32) for k, a in arrays.items()})
 
 
 def learned_move(key: jax.Array, state: EnvState, params: EnvParams, target, action=None):
@@ -188,6 +217,11 @@ def learned_move(key: jax.Array, state: EnvState, params: EnvParams, target, act
     from its target (the nearest living NPC), aggressive otherwise.
     """
     if action is None:
+        if not isinstance(params.bot_weights, BotWeights):
+            raise TypeError(
+                f"params.bot_weights must be a BotWeights (init_bot_weights, or check_bot_weights of a mapping), "
+                f"got {type(params.bot_weights).__name__}"
+            )
         logits = bot_logits(params.bot_weights, bot_observation(state, params))
         action = jax.random.categorical(jax.random.fold_in(key, _SAMPLE_STREAM), logits)
     else:

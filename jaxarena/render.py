@@ -1,7 +1,9 @@
 """Record an episode and draw it: PNG frames and an animated GIF.
 
 Drawing is plain PIL on host-side numpy copies of the states, so it never
-touches the jitted simulation. The picture shows the arena, its boxes and
+touches the jitted simulation. Pillow comes with the `eval` extra and is
+imported only when a frame is drawn: recording an episode, like the rest of
+the arena, needs none of it. The picture shows the arena, its boxes and
 spawn zones, the five NPCs and the bot with HP bars, the bot's facing and
 mode, orbs in flight, the active strategy tag and the game clock.
 """
@@ -9,17 +11,19 @@ mode, orbs in flight, the active strategy tag and the game clock.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import numpy as np
-from PIL import Image, ImageDraw
 
 from .env import Arena
 from .names import BOT_TYPES, TAGS, tag_index
 from .policies import Policy
 from .runner import hold_tags, make_runner
 from .types import EnvParams, EnvState
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 _BG, _ZONE_NPC, _ZONE_BOT = (245, 243, 236), (214, 228, 247), (247, 218, 214)
 _BOX, _NPC, _BOT, _DEAD, _ORB = (120, 120, 128), (40, 90, 200), (200, 50, 40), (170, 170, 170), (240, 180, 0)
@@ -55,6 +59,10 @@ def _frame_state(states: EnvState, i: int) -> EnvState:
 
 def draw_frame(state: EnvState, params: EnvParams, size: int = 480) -> Image.Image:
     """Draw one (unbatched, numpy) state as a square RGB image."""
+    try:
+        from PIL import Image, ImageDraw
+    except ImportError as exc:  # the arena itself runs without pillow; only drawing needs it
+        raise ImportError('drawing frames needs pillow: pip install "jaxarena[eval]" (or pillow)') from exc
     arena = float(params.arena_size)
     scale = size / arena
     margin = 28  # room for the status line at the top

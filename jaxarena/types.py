@@ -9,7 +9,7 @@ program can `vmap` over them (bot types, unit stats) as well as over keys.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -48,6 +48,9 @@ from .names import (  # noqa: F401  (re-exported: the arena's code names them fr
     TAGS,
     TIMEOUT,
 )
+
+if TYPE_CHECKING:  # learned_bot reads these params, so it is imported for the annotation alone
+    from .learned_bot import BotWeights
 
 OBS_SIZE = 23
 ORBS_PER_NPC = 2
@@ -131,10 +134,10 @@ class EnvParams:
     # compiled program serves several scenarios. 1.0: the bot's melee strikes
     # every living NPC within its range at once (cleave), not just its target.
     bot_cleave: float = 0.0
-    # The learned bot's policy (`jaxarena.learned_bot.init_bot_weights`), used
-    # where `bot_type` is BOT_LEARNED (3). None, an empty pytree, by default: the
+    # The learned bot's policy (`jaxarena.learned_bot.BotWeights`, from `init_bot_weights`),
+    # used where `bot_type` is BOT_LEARNED (3). None, an empty pytree, by default: the
     # scripted arena's params, programs and speed are unchanged by the field.
-    bot_weights: Any = None
+    bot_weights: BotWeights | None = None
 
 
 @struct.dataclass

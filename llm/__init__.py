@@ -8,6 +8,8 @@
   decision log, called from jitted code through `io_callback`.
 - `rollout.rollout_with_llm` / `make_rollout`: batched evaluation episodes with
   any tag source (LLM, fixed tag, schedule, learned selector).
+- `history`: what a player saw at the last few decision points (`DecisionHistory`),
+  the input of opponent deduction (`deduction`) and of the selector's inputs.
 - `testing`: a local Ollama stand-in with fault injection, for tests and benchmarks
   (`testing.ServerProcess`; `python -m jaxarena.llm.testing.server`).
 

@@ -1,7 +1,7 @@
 """Opponent deduction (Combination C): which bot is this, and is the balanced one attacking now?
 
 The Werewolf paper's agents first deduce hidden information, then act. Here the hidden
-part is the opponent class (`jaxarena.history.OPPONENT_CLASSES`), and the
+part is the opponent class (`jaxarena.llm.history.OPPONENT_CLASSES`), and the
 evidence is the last three decision points of a `DecisionHistory`: how far the
 nearest NPC is, and whether the bot closed in, held or ran since the point
 before.
@@ -23,8 +23,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxarena.history import APPROACH, HISTORY_LEN, NEAREST, OPPONENT_CLASSES, DecisionHistory
-
+from .history import APPROACH, HISTORY_LEN, NEAREST, OPPONENT_CLASSES, DecisionHistory
 from .types import Prompt
 
 #: Nearest-NPC distance bins, in arena units: < 4 (in melee reach soon), 4-10, >= 10.

@@ -33,12 +33,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxarena.history import NUM_OPPONENT_CLASSES, DecisionHistory
 from jaxarena.names import NUM_TAGS
 from jaxarena.types import EnvParams
 
 from .candidates import CANDIDATE_STYLES, N_CANDIDATES, NUM_CANDIDATE_CELLS, candidate_cell
 from .deduction import NUM_DEDUCTION_CELLS, deduction_cell
+from .history import NUM_OPPONENT_CLASSES, DecisionHistory
 from .table_asking import (
     Asker,
     backend_metadata,

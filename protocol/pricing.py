@@ -1,4 +1,4 @@
-"""Pricing a cell's decisions with the counterfactual oracle (`jaxarena.oracle`): B's, or C's.
+"""Pricing a cell's decisions with the counterfactual oracle (`jaxarena.analysis.oracle`): B's, or C's.
 
 A rollout run with `record_states=True` keeps the `EnvState` of every
 decision; `DecisionPricer` plays each of those states out under each of the
@@ -7,7 +7,7 @@ decision record what the oracle found: `oracle_win` (the four win
 probabilities), `oracle_best`, `regret` (Q(best) - Q(chosen), in win
 probability) and `agrees` (the chosen tag is one of the best).
 
-The chunking is `jaxarena.oracle.price_states`'s (fixed-size chunks, the last
+The chunking is `jaxarena.analysis.oracle.price_states`'s (fixed-size chunks, the last
 padded with the first state, chunk c keyed `fold_in(key, c)`), with one
 compiled pricer kept for the whole run: `price_states` builds its program per
 call, which would recompile it for every bot.
@@ -44,7 +44,7 @@ class DecisionPricer:
     """
 
     def __init__(self, env, env_params, policy, *, rollouts: int, horizon_periods: int | None):
-        from jaxarena.oracle import make_pricer
+        from jaxarena.analysis.oracle import make_pricer
 
         self.rollouts = rollouts
         self._jitted = make_pricer(env, env_params, policy, CHUNK, rollouts=rollouts, horizon_periods=horizon_periods)

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from jaxarena.history import OPPONENT_CLASSES
+from jaxarena.llm.history import OPPONENT_CLASSES
 from jaxarena.names import NPC_WIN
 
 from . import stats

@@ -28,7 +28,7 @@ from flax import struct
 
 from jaxarena.checks import check_key, check_range
 from jaxarena.env import Arena
-from jaxarena.history import DecisionHistory, empty_history, push
+from jaxarena.llm.history import DecisionHistory, empty_history, push
 from jaxarena.names import BOT_TYPES, NPC_WIN
 from jaxarena.observe import llm_features
 from jaxarena.runner import Start, hold_tags, make_runner, schedule_of

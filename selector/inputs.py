@@ -15,8 +15,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxarena.history import HISTORY_LEN, NEAREST, NUM_OPPONENT_CLASSES, NUM_POINT_FEATURES, DecisionHistory
 from jaxarena.llm.candidates import candidate_cell
+from jaxarena.llm.history import HISTORY_LEN, NEAREST, NUM_OPPONENT_CLASSES, NUM_POINT_FEATURES, DecisionHistory
 from jaxarena.llm.strategy_table import deduce, propose
 from jaxarena.names import NUM_NPCS, NUM_TAGS
 from jaxarena.types import EnvParams
@@ -93,7 +93,7 @@ def selector_inputs(
 ) -> tuple[SelectorObs, LLMAdvice]:
     """The selector's observation at one decision of one arena, and the LLM's advice behind it.
 
-    `history` must already hold this decision point (`jaxarena.history.push`);
+    `history` must already hold this decision point (`jaxarena.llm.history.push`);
     `features` are its Table 10 `llm_features`.
     """
     if config.deduction:

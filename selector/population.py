@@ -104,13 +104,13 @@ def make_population(
 ) -> Population:
     """The scripted bots, optionally their variants, and `learned_slots` empty learned-bot slots.
 
-    `bot_weights_template` (any learned bot's weights pytree) fixes the slots'
+    `bot_weights_template` (any learned bot's `BotWeights`, e.g. `init_bot_weights`) fixes the slots'
     shapes; it is required when `learned_slots` > 0.
     """
     members = scripted_members(base) + (variant_members(base) if variants else [])
     if learned_slots:
         if bot_weights_template is None:
-            raise ValueError("learned_slots > 0 needs bot_weights_template (the learned bot's weights pytree)")
+            raise ValueError("learned_slots > 0 needs bot_weights_template (the learned bot's BotWeights)")
         zeros = jax.tree.map(jnp.zeros_like, bot_weights_template)
         members = [(name, p.replace(bot_weights=zeros)) for name, p in members]
         learned = base.replace(bot_type=jnp.int32(BOT_LEARNED), bot_weights=zeros)

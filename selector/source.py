@@ -20,7 +20,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxarena.history import HISTORY_LEN, NUM_POINT_FEATURES, DecisionHistory, opponent_class, push
+from jaxarena.llm.history import HISTORY_LEN, NUM_POINT_FEATURES, DecisionHistory, opponent_class, push
 from jaxarena.tag_sources import TagSource
 
 from .inputs import InputConfig, selector_inputs

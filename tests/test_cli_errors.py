@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -35,21 +36,31 @@ def _assert_one_line(prog: str, code: int, err: str, *words: str) -> None:
         assert word in lines[0], err
 
 
+def _script_main(name: str):
+    """`main` of scripts/NAME.py, which is run as a file, not installed as a module."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"scripts_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
 def _mains():
     from jaxarena.algorithms.train_loop import main as train
     from jaxarena.coder.cli import main as coder
-    from jaxarena.demo import main as demo
     from jaxarena.llm.tuning.cli import main as tune
     from jaxarena.protocol.cli import main as evaluate
     from jaxarena.selector.train import main as train_selector
 
     return {
+        "demo.py": _script_main("demo"),
         "jaxarena-evaluate": evaluate,
         "jaxarena-train": train,
         "jaxarena-coder": coder,
         "jaxarena-train-selector": train_selector,
         "jaxarena-tune-llm": tune,
-        "jaxarena-demo": demo,
     }
 
 
@@ -66,7 +77,7 @@ CASES = [
     ("jaxarena-coder", ["--llm", "nope"], ["unknown LLM 'nope'"], ValueError),
     ("jaxarena-train-selector", ["--num-envs", "0"], ["num_envs must be >= 1"], ValueError),
     ("jaxarena-tune-llm", ["train", "--data", "{tmp}/no-data"], ["no-data"], OSError),
-    ("jaxarena-demo", ["--episodes", "0"], ["--episodes must be at least 1"], None),
+    ("demo.py", ["--episodes", "0"], ["--episodes must be at least 1"], None),
 ]
 
 

@@ -8,7 +8,7 @@ import pytest
 
 import jaxarena
 from jaxarena.bots import MODE_AGGRESSIVE, MODE_EVASIVE
-from jaxarena.history import (
+from jaxarena.llm.history import (
     APPROACH,
     HISTORY_LEN,
     NEAREST,

@@ -8,7 +8,7 @@ import pytest
 from conftest import build_state
 
 import jaxarena
-from jaxarena.intents import INTENTS, MEASURES, coverage, episode_measures, tick_measures
+from jaxarena.analysis.intents import INTENTS, MEASURES, coverage, episode_measures, tick_measures
 from jaxarena.names import NPC_WIN
 from jaxarena.policies import focus_fire_policy
 from jaxarena.runner import Tick, make_runner

@@ -29,7 +29,7 @@ from jaxarena.policies import random_policy
 def decisive(key, gain=300.0):
     """Random weights with a sharp output layer, so the bot commits to headings instead of dithering."""
     w = init_bot_weights(key)
-    return {**w, "w2": w["w2"] * gain}
+    return w.replace(w2=w.w2 * gain)
 
 
 def stand_and_strike(params, obs, key):
@@ -173,8 +173,7 @@ def test_default_params_do_not_trace_the_learned_bot():
 def test_learned_bot_samples_from_its_logits():
     # Weights whose only preference is action 2 (north): the bot walks north from its spawn.
     w = init_bot_weights(jax.random.key(0))
-    w = {k: jnp.zeros_like(v) for k, v in w.items()}
-    w["b2"] = jnp.zeros((NUM_BOT_ACTIONS,)).at[2].set(50.0)
+    w = jax.tree.map(jnp.zeros_like, w).replace(b2=jnp.zeros((NUM_BOT_ACTIONS,)).at[2].set(50.0))
     assert int(jnp.argmax(bot_logits(w, jnp.zeros(BOT_OBS_SIZE)))) == 2
     env, params = jaxarena.make("Arena-v0", bot="learned", bot_weights=w, bot_spawn=[14.0, 20.0, 16.0, 21.0])
     pos = np.asarray(jax.jit(_trajectory(env, params, n_ticks=12))(params))  # 6 u: short of the wall
@@ -195,11 +194,11 @@ def test_make_checks_the_learned_bot():
     with pytest.raises(ValueError, match="learned"):
         jaxarena.make("Arena-v0", bot=4)
     with pytest.raises(TypeError, match="keys"):
-        jaxarena.make("Arena-v0", bot="learned", bot_weights={"w0": w["w0"]})
+        jaxarena.make("Arena-v0", bot="learned", bot_weights={"w0": w.w0})
     with pytest.raises(ValueError, match="shape"):
-        jaxarena.make("Arena-v0", bot="learned", bot_weights={**w, "w2": w["w2"][:, :6]})
+        jaxarena.make("Arena-v0", bot="learned", bot_weights=w.replace(w2=w.w2[:, :6]))
     with pytest.raises(ValueError, match="non-finite"):
-        jaxarena.make("Arena-v0", bot="learned", bot_weights={**w, "b0": w["b0"].at[0].set(jnp.nan)})
+        jaxarena.make("Arena-v0", bot="learned", bot_weights=w.replace(b0=w.b0.at[0].set(jnp.nan)))
     # Weights beside a scripted bot are allowed (a batch may vmap bot_type over them).
     assert jaxarena.make("Arena-v0", bot="evasive", bot_weights=w)[1].bot_weights is not None
 

@@ -7,9 +7,9 @@ import numpy as np
 from conftest import build_state
 
 import jaxarena
+from jaxarena.analysis.oracle import best_tag, make_pricer, oracle_tag_source, price_states, wilson
 from jaxarena.names import MELEE, MOVE_TO_BOT, NPC_WIN, RETREAT, STRAFE_LEFT
 from jaxarena.observe import BOT_CAN_ATTACK, TAG
-from jaxarena.oracle import best_tag, make_pricer, oracle_tag_source, price_states, wilson
 from jaxarena.runner import fixed_tags, make_runner
 
 

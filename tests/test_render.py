@@ -36,6 +36,16 @@ def test_record_episode_ends_on_the_killing_blow():
         record_episode(env, params, focus_fire_policy, jax.random.key(2), tag=7)
 
 
+def test_recording_needs_no_pillow_and_drawing_says_how_to_get_it(monkeypatch):
+    # A None entry in sys.modules makes `import PIL` fail, as in an install without the eval extra.
+    monkeypatch.setitem(sys.modules, "PIL", None)
+    env, params = jaxarena.make("Arena-v0", bot="evasive", episode_s=1.0)
+    rec = record_episode(env, params, random_policy, jax.random.key(0))
+    assert rec.length == 10
+    with pytest.raises(ImportError, match=r"jaxarena\[eval\]"):
+        render_frames(rec, params)
+
+
 def test_frames_show_units_where_they_stand(tmp_path):
     env, params = jaxarena.make("Arena-v0", bot="aggressive", episode_s=3.0)
     rec = record_episode(env, params, random_policy, jax.random.key(1))

@@ -4,7 +4,7 @@ For each bot and each split (train, eval), the squad plays episodes with the
 one runner twice: once with its tags from the tag model (the states it meets
 when it plays as it does now), once with uniformly random tags (coverage of
 states the model's own choices never reach). Every decision state of those
-episodes, up to `states_per_part`, is priced by the oracle (`jaxarena.oracle`):
+episodes, up to `states_per_part`, is priced by the oracle (`jaxarena.analysis.oracle`):
 K playouts per tag, holding the tag, give Q(s, tag) as a win probability and
 a mean return with its standard error.
 
@@ -122,7 +122,7 @@ def build_dataset(
     """
     import jaxarena
     from jaxarena.algorithms.checkpoint import load_policy
-    from jaxarena.oracle import make_pricer
+    from jaxarena.analysis.oracle import make_pricer
     from jaxarena.protocol.policies import policy_env_id
     from jaxarena.runner import make_runner
 

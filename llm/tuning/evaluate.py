@@ -65,7 +65,7 @@ def compare(
     """
     import jaxarena
     from jaxarena.algorithms.checkpoint import load_policy
-    from jaxarena.oracle import make_pricer
+    from jaxarena.analysis.oracle import make_pricer
     from jaxarena.protocol.config import cell_key_data
     from jaxarena.protocol.policies import policy_env_id
     from jaxarena.protocol.stats import mann_whitney, outcome_cis, paired_bootstrap_diff

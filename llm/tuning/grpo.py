@@ -29,8 +29,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxarena.analysis.oracle import pricing_params
 from jaxarena.names import NPC_WIN, NUM_TAGS
-from jaxarena.oracle import pricing_params
 from jaxarena.runner import Start, hold_tags, make_runner
 
 from . import losses

@@ -2,7 +2,7 @@
 
 At every decision the oracle plays each tag out `oracle_rollouts` times with
 B's policy from the current state and takes the tag with the highest win rate
-(`jaxarena.oracle.oracle_tag_source`): an upper bound on what a tag selector
+(`jaxarena.analysis.oracle.oracle_tag_source`): an upper bound on what a tag selector
 can gain, not a player. Its section, the headroom (`HEADROOM`), sets O against
 A, B and the best fixed tag (F), with B's regret where its decisions are priced.
 """
@@ -27,7 +27,7 @@ def _oracle_source(context, label: str, env, env_params, policy, params):
     `hook`, since the compiled program outlives the cell it was built for)."""
     import jax
 
-    from jaxarena.oracle import oracle_tag_source
+    from jaxarena.analysis.oracle import oracle_tag_source
     from jaxarena.tag_sources import TagSource
 
     c = context.config

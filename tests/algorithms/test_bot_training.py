@@ -52,7 +52,7 @@ def test_train_bot_returns_playable_checkpoints_oldest_first():
     for weights in checkpoints:
         _, p = jaxarena.make("Arena-v0", bot="learned", bot_weights=weights)
         assert int(p.bot_type) == BOT_LEARNED
-    assert not np.allclose(checkpoints[0]["w2"], checkpoints[-1]["w2"])
+    assert not np.allclose(checkpoints[0].w2, checkpoints[-1].w2)
     with pytest.raises(ValueError, match="num_envs"):
         train_bot(statue, None, params, jax.random.PRNGKey(0), 100, 0, config=config)
 

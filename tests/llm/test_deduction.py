@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 import jaxarena
-from jaxarena.history import HISTORY_LEN, NUM_POINT_FEATURES, DecisionHistory, push
 from jaxarena.llm.deduction import (
     APPROACH_EDGES,
     DEDUCTION_SYSTEM,
@@ -26,6 +25,7 @@ from jaxarena.llm.deduction import (
     deduction_prompt,
     distance_bin,
 )
+from jaxarena.llm.history import HISTORY_LEN, NUM_POINT_FEATURES, DecisionHistory, push
 from jaxarena.llm.logistic import fit_logistic, majority_class, predict, predict_proba
 
 #: An approach inside each bin, for building histories from bin indices.

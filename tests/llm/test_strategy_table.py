@@ -13,9 +13,9 @@ import pytest
 from embedded_common import generator
 
 import jaxarena
-from jaxarena.history import HISTORY_LEN, NUM_POINT_FEATURES, DecisionHistory
 from jaxarena.llm.candidates import NO_ASSESSMENT, NUM_CANDIDATE_CELLS, candidate_cell
 from jaxarena.llm.deduction import NUM_DEDUCTION_CELLS, deduction_cell
+from jaxarena.llm.history import HISTORY_LEN, NUM_POINT_FEATURES, DecisionHistory
 from jaxarena.llm.strategy_table import (
     Asker,
     assess,

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxarena.history import OPPONENT_CLASSES
+from jaxarena.llm.history import OPPONENT_CLASSES
 from jaxarena.names import BOT_TYPES, NUM_TAGS
 from jaxarena.protocol import ProtocolConfig, evaluate
 from jaxarena.protocol.cli import build_parser, config_from_args, default_run_id
@@ -187,7 +187,7 @@ def test_n1_plays_the_tables_first_candidate(run):
     """C-N1 (chooser top1, N = 1) equals a tag source written here from the table lookups alone:
     push the decision point, deduce, propose, take the first candidate."""
     import jaxarena
-    from jaxarena.history import HISTORY_LEN, NUM_POINT_FEATURES, DecisionHistory, push
+    from jaxarena.llm.history import HISTORY_LEN, NUM_POINT_FEATURES, DecisionHistory, push
     from jaxarena.llm.strategy_table import assess, load_table, propose
     from jaxarena.protocol.policies import policy_env_id, resolve_policy
     from jaxarena.runner import CarryTagSource, make_runner

@@ -8,7 +8,7 @@ import pytest
 
 import jaxarena
 from jaxarena.algorithms.checkpoint import load_policy
-from jaxarena.history import HISTORY_LEN, empty_history, push
+from jaxarena.llm.history import HISTORY_LEN, empty_history, push
 from jaxarena.llm.strategy_table import load_table, propose
 from jaxarena.names import BOT_TYPES
 from jaxarena.observe import llm_features
@@ -155,7 +155,7 @@ def test_population_members_and_sampling(arena):
     assert learned.learned_filled == 0 and float(learned.weights[-1]) == 0.0
     learned = learned.with_learned_bot(0, weights)
     assert learned.learned_filled == 1 and float(learned.weights[3]) == 1.0 and float(learned.weights[4]) == 0.0
-    np.testing.assert_array_equal(np.asarray(learned.params.bot_weights["w0"][3]), np.asarray(weights["w0"]))
+    np.testing.assert_array_equal(np.asarray(learned.params.bot_weights.w0[3]), np.asarray(weights.w0))
     with pytest.raises(ValueError, match="out of range"):
         learned.with_learned_bot(2, weights)
 

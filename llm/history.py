@@ -20,10 +20,10 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .bots import MODE_EVASIVE
-from .names import BOT_AGGRESSIVE, BOT_BALANCED, BOT_EVASIVE
-from .physics import norm, safe_unit
-from .types import EnvParams, EnvState
+from jaxarena.bots import MODE_EVASIVE
+from jaxarena.names import BOT_AGGRESSIVE, BOT_BALANCED, BOT_EVASIVE
+from jaxarena.physics import norm, safe_unit
+from jaxarena.types import EnvParams, EnvState
 
 HISTORY_LEN = 3
 

@@ -51,10 +51,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .names import TAG_NAMES
-from .physics import norm
-from .rewards import RETREAT_DISTANCE, bearing_cos_sin
-from .runner import Accumulator, Tick
+from ..names import TAG_NAMES
+from ..physics import norm
+from ..rewards import RETREAT_DISTANCE, bearing_cos_sin
+from ..runner import Accumulator, Tick
 
 #: One measure per tag, in tag order; the tag-response matrix's columns.
 MEASURES = ("coverage", "damage_rate", "flank_share", "far_share")

@@ -33,11 +33,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from .env import Arena
-from .names import NPC_WIN, NUM_TAGS
-from .runner import Start, hold_tags, make_runner
-from .tag_sources import TagSource
-from .types import EnvParams, EnvState
+from ..env import Arena
+from ..names import NPC_WIN, NUM_TAGS
+from ..runner import Start, hold_tags, make_runner
+from ..tag_sources import TagSource
+from ..types import EnvParams, EnvState
 
 
 @struct.dataclass

@@ -1,6 +1,6 @@
 """A first look at the arena: a random squad against each bot, then a GIF.
 
-    python -m jaxarena.demo [--episodes 1000] [--out out/demo]
+    python scripts/demo.py [--episodes 1000] [--out out/demo]
 
 Runs every bot's batch of episodes as one jitted, vmapped rollout, prints
 the outcome shares, and writes a GIF of one episode per bot.
@@ -16,12 +16,12 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from .cli_errors import ArgumentParser, cli_main
-from .names import BOT_TYPES, OUTCOMES
-from .policies import random_policy
-from .registry import make
-from .render import record_episode, render_frames, write_gif
-from .runner import make_runner
+from jaxarena.cli_errors import ArgumentParser, cli_main
+from jaxarena.names import BOT_TYPES, OUTCOMES
+from jaxarena.policies import random_policy
+from jaxarena.registry import make
+from jaxarena.render import record_episode, render_frames, write_gif
+from jaxarena.runner import make_runner
 
 
 def random_squad_outcomes(bot: str, episodes: int, seed: int) -> np.ndarray:
@@ -31,11 +31,9 @@ def random_squad_outcomes(bot: str, episodes: int, seed: int) -> np.ndarray:
     return np.asarray(run(None, params, jax.random.key(seed)).outcome)
 
 
-@cli_main("jaxarena-demo")
+@cli_main("demo.py")
 def main(argv: list[str] | None = None) -> None:
-    parser = ArgumentParser(
-        prog="jaxarena-demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = ArgumentParser(prog="demo.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--episodes", type=int, default=1000, help="episodes per bot")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="out/demo", help="folder for the GIFs")
