@@ -260,26 +260,8 @@ class Arena:
         orbs = (state.orb_pos, state.orb_dir, state.orb_travel, state.orb_block, orb_active)
         orbs = physics.fire_orbs(fire, state.npc_pos, state.bot_pos, orbs, params.boxes, params.orb_range)
 
-        # (3) Movement. NPC directions are relative to the bot: strafing is
-        # along the NPC's left/right while it faces the bot.
-        to_bot = physics.safe_unit(state.bot_pos - state.npc_pos)
-        left = physics.rotate_left(to_bot)
-        npc_dir = jnp.select(
-            [
-                act[:, None] == MOVE_TO_BOT,
-                act[:, None] == STRAFE_LEFT,
-                act[:, None] == STRAFE_RIGHT,
-                act[:, None] == RETREAT,
-            ],
-            [to_bot, left, -left, -to_bot],
-            0.0,
-        )
-        start = jnp.concatenate([state.npc_pos, state.bot_pos[None]])
-        step = jnp.concatenate(
-            [npc_dir * (params.npc_speed * params.dt), (bot_move * (params.bot_speed * params.dt))[None]]
-        )
-        moved = physics.resolve_collisions(start + step, start, params.unit_radius, params.boxes, params.arena_size)
-        npc_pos, bot_pos = moved[:NUM_NPCS], moved[NUM_NPCS]
+        # (3) Movement.
+        npc_pos, bot_pos = move_units(state, act, bot_move, params)
 
         # (4) Orbs fly.
         (orb_pos, orb_dir, orb_travel, orb_block, orb_active), orb_hits = physics.advance_orbs(orbs, bot_pos, params)
@@ -296,13 +278,7 @@ class Arena:
             return jnp.maximum(jnp.where(used, ticks(seconds, params.dt), cd) - 1, 0)
 
         displacement = physics.norm(bot_pos - state.bot_pos)
-        to_target = physics.safe_unit(state.npc_pos[target] - state.bot_pos)
-        facing = jnp.where(
-            displacement > 1e-3,
-            physics.safe_unit(bot_pos - state.bot_pos),
-            jnp.where(jnp.any(alive), to_target, state.bot_facing),
-        )
-        facing = jnp.where(physics.norm(facing) > 0.5, facing, state.bot_facing)
+        facing = bot_facing(state, bot_pos, target, alive)
         t = state.t + 1
         stepped = state.replace(
             npc_pos=npc_pos,
@@ -342,6 +318,44 @@ class Arena:
             "bot_mode": bot.mode,
         }
         return stepped, reward.astype(jnp.float32), terminated, truncated, info
+
+
+def move_units(state: EnvState, act: jax.Array, bot_move: jax.Array, params: EnvParams) -> tuple[jax.Array, jax.Array]:
+    """Every unit's position after one tick of movement, pushed out of boxes and walls: (npc_pos, bot_pos).
+
+    NPC directions are relative to the bot: strafing is along the NPC's left/right while it faces
+    the bot. All units move at once from the tick's starting positions."""
+    to_bot = physics.safe_unit(state.bot_pos - state.npc_pos)
+    left = physics.rotate_left(to_bot)
+    npc_dir = jnp.select(
+        [
+            act[:, None] == MOVE_TO_BOT,
+            act[:, None] == STRAFE_LEFT,
+            act[:, None] == STRAFE_RIGHT,
+            act[:, None] == RETREAT,
+        ],
+        [to_bot, left, -left, -to_bot],
+        0.0,
+    )
+    start = jnp.concatenate([state.npc_pos, state.bot_pos[None]])
+    step = jnp.concatenate(
+        [npc_dir * (params.npc_speed * params.dt), (bot_move * (params.bot_speed * params.dt))[None]]
+    )
+    moved = physics.resolve_collisions(start + step, start, params.unit_radius, params.boxes, params.arena_size)
+    return moved[:NUM_NPCS], moved[NUM_NPCS]
+
+
+def bot_facing(state: EnvState, bot_pos: jax.Array, target: jax.Array, alive: jax.Array) -> jax.Array:
+    """Where the bot faces after moving: along its move, else towards its target while any NPC lives,
+    else as before (a degenerate direction keeps the old facing)."""
+    displacement = physics.norm(bot_pos - state.bot_pos)
+    to_target = physics.safe_unit(state.npc_pos[target] - state.bot_pos)
+    facing = jnp.where(
+        displacement > 1e-3,
+        physics.safe_unit(bot_pos - state.bot_pos),
+        jnp.where(jnp.any(alive), to_target, state.bot_facing),
+    )
+    return jnp.where(physics.norm(facing) > 0.5, facing, state.bot_facing)
 
 
 def outcome_of(state: EnvState) -> jax.Array:

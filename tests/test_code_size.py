@@ -20,8 +20,6 @@ MAX_FUNCTION_LINES = 100
 LONG_FUNCTIONS = {
     # The PureJaxRL-style trainer: one closure holding the whole jitted PPO update, read top to bottom.
     "algorithms/ppo.py::make_trainer",
-    # being split separately
-    "jaxarena/env.py::step_env",
 }
 
 
