@@ -4,6 +4,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from conftest import build_state
 
 import jaxarena
@@ -92,6 +93,7 @@ def test_wilson_interval_brackets_the_estimate():
     assert low[0] == 0.0 and np.isclose(high[2], 1.0) and 0.2 < low[1] < 0.3
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_combination_o_picks_the_tag_the_policy_needs_and_beats_every_fixed_tag():
     env, params = jaxarena.make("Arena-v0", bot="aggressive", episode_s=15.0)
     n = 8

@@ -95,6 +95,7 @@ def test_render_script_writes_a_gif(tmp_path):
 
 
 @pytest.mark.skipif(not (ROOT / "algorithms" / "pretrained" / "A" / "config.json").exists(), reason="no packaged A")
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_render_script_plays_a_trained_policy(tmp_path):
     out = tmp_path / "a.gif"
     cmd = [sys.executable, str(ROOT / "scripts" / "render.py"), "--policy", "A", "--bot", "aggressive"]

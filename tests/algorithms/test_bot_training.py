@@ -57,6 +57,7 @@ def test_train_bot_returns_playable_checkpoints_oldest_first():
         train_bot(statue, None, params, jax.random.PRNGKey(0), 100, 0, config=config)
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_bot_learns_to_find_and_beat_a_standing_squad():
     # A squad that never moves and cannot hurt: a bot moving at random almost never reaches it.
     _, params = jaxarena.make("Arena-v0", episode_s=30.0, npc_melee_damage=0.0)

@@ -103,6 +103,7 @@ def test_masked_mean_ignores_dead_npcs():
     assert float(masked_mean(x, jnp.zeros_like(mask))) == 0.0
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_loss_ignores_masked_transitions():
     """The PPO loss and its gradient are unchanged by garbage in dead NPCs' samples."""
     from jaxarena.algorithms.config import PPOConfig

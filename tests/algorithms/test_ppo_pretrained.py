@@ -16,6 +16,7 @@ def needs(name):
 
 
 @needs("A")
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_packaged_a_loads_and_beats_the_aggressive_bot():
     policy, params = load_policy("A", greedy=True)
     res = run_episodes(policy, params, "aggressive", n=64, seed=123, env_id=policy.env_id)

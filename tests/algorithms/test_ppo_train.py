@@ -54,6 +54,7 @@ def test_recipe_b_draws_tags_and_writes_them_into_obs(tiny):
     assert len(set(np.asarray(rs0.log_state.env_state.tag).tolist())) > 1  # 6 uniform draws, seeded: not all equal
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_frozen_tag_experts_keep_their_weights_and_the_others_learn():
     # Tags redrawn every 4 ticks, so every expert acts in the 16-tick rollouts.
     config = TINY.replace(tag_experts=True, frozen_tags=(1,), recipe="obey", shaping_weight=4.0, tag_period_ticks=4)
@@ -86,6 +87,7 @@ def test_frozen_tag_experts_keep_their_weights_and_the_others_learn():
             TINY.replace(tag_experts=True, init_from="B", frozen_tags=frozen, tags=tags, fresh_tags=(3,))
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_recipe_b_draws_only_from_its_tags_on_the_facing_arena():
     config = TINY.replace(tags=(2, 3), env_id="ArenaFacing-v0", tag_period_ticks=4)
     trainer = make_trainer(config, mesh=None)
@@ -107,6 +109,7 @@ def test_recipe_b_draws_only_from_its_tags_on_the_facing_arena():
         TINY.replace(env_id="Arena-v1")
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_checkpoint_resume_equals_uninterrupted(tiny, tmp_path):
     trainer, run, rs0, (half, _) = tiny
     straight, m_straight = run(rs0, 4)
@@ -155,6 +158,7 @@ def test_load_policy_jitted_single_and_batched(tiny, tmp_path):
         load_policy(tmp_path / "nowhere")
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_tiny_training_run_learns():
     """A seeded ~100k-step Combination A run vs the aggressive bot: the return rises.
 

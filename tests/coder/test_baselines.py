@@ -27,6 +27,7 @@ def _play(policy, bot, episodes, num_periods=None, seed=0):
 
 
 @pytest.mark.parametrize("name", sorted(BASELINES))
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_each_baseline_compiles_and_runs_in_the_runner(name):
     policy = compile_program(BASELINES[name]).policy
     result = _play(policy, "balanced", 4, num_periods=2)
@@ -37,6 +38,7 @@ def test_each_baseline_compiles_and_runs_in_the_runner(name):
     np.testing.assert_array_equal(result.damage_taken, reference.damage_taken)
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_rush_wins_the_paper_arena_against_the_aggressive_bot():
     result = _play(compile_program(BASELINES["rush"]).policy, "aggressive", 32)
     win_rate = float(np.mean(np.asarray(result.outcome) == NPC_WIN))

@@ -62,6 +62,7 @@ def requests(server) -> int:
     return server.stats()["by_endpoint"]["chat"]
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_the_whole_loop(server, tmp_path):
     server.reset()
     lines = []
@@ -106,6 +107,7 @@ def test_the_whole_loop(server, tmp_path):
     assert sum("done: best reward" in line for line in lines) == 3
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_a_finished_run_is_not_redone_and_can_be_extended(server, tmp_path):
     config = config_for(server, rounds=1)
     Loop(config, tmp_path / "run", progress=None).run()
@@ -128,6 +130,7 @@ def _wait_for(path, predicate, timeout_s):
     raise TimeoutError(f"{path} never satisfied the condition")
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_resume_after_a_kill_redoes_nothing_and_loses_nothing(server, tmp_path):
     """Kill the CLI mid-run (and cut its last line), resume: only the missing steps are asked for again."""
     out = tmp_path / "runs"
@@ -225,6 +228,7 @@ def test_bad_config(kwargs, message):
         LoopConfig(**kwargs)
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_a_run_folder_with_another_config_is_refused(server, tmp_path):
     Loop(config_for(server, rounds=1), tmp_path / "run", progress=None).run()
     with pytest.raises(LoopError, match=r"different config \(k: 3 there, 2 now"):

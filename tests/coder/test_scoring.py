@@ -64,6 +64,7 @@ def test_rewards_of_no_code_a_failing_program_and_a_program_that_plays():
     assert stats["damage_dealt"] > 0 and 0 < stats["episode_s"] <= 120
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_every_episode_equals_the_one_episode_runner_on_its_key():
     """Chunked play with lane refills changes nothing: each job is the runner's episode on the job's key.
 
@@ -89,6 +90,7 @@ def test_every_episode_equals_the_one_episode_runner_on_its_key():
     assert len(set(results["outcome"].tolist())) > 1  # wins and other outcomes: a real comparison
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_a_score_does_not_depend_on_the_batch():
     alone = score_sources([KITE], QUICK)[0]
     # Two compiled programs: [RUSH, KITE] and [the retreating squad].
@@ -142,6 +144,7 @@ def test_the_cache_scores_a_repeated_program_once():
     assert again[0] is first[0]
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_the_scenario_is_the_one_scored():
     """`headroom`'s bot has 5x the HP: the rush squad deals far more than the paper bot's 300 HP in a win."""
     config = ScoreConfig(episodes_per_bot=4, bots=("aggressive",), lanes=4, scenario="headroom")
@@ -167,6 +170,7 @@ def test_bad_score_config(kwargs, message):
         ScoreConfig(**kwargs)
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_win_rate_counts_npc_wins():
     fn, jobs = make_batch_scorer([translate(RUSH)], QUICK)
     results = jax.device_get(fn())

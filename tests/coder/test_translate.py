@@ -82,6 +82,7 @@ def test_focus_fire_mirror_gives_identical_actions():
 
 
 @pytest.mark.parametrize("source,reference", [(KITE, kite_policy), (CHASE_AND_ORB, chase_and_orb_policy)])
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_random_mirrors_match_the_scripted_squads_under_the_same_key(source, reference):
     # The first random() of a program draws with the policy key itself, as the scripted squads do.
     policy = jax.jit(translate(source))
@@ -94,6 +95,7 @@ def test_random_mirrors_match_the_scripted_squads_under_the_same_key(source, ref
     assert len(np.unique(got)) >= 3
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_shapes_dtypes_jit_and_vmap():
     policy = translate(KITE)
     key = jax.random.key(0)
@@ -313,6 +315,7 @@ def run_in_python(source, obs):
 
 
 @pytest.mark.parametrize("name", sorted(DIFFERENTIAL))
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_programs_agree_with_python_semantics(name):
     source = DIFFERENTIAL[name]
     obs = random_obs(jax.random.key(11), (300,))

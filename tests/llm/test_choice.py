@@ -48,6 +48,7 @@ def test_choose_option_is_seeded_greedy_at_zero_and_follows_the_nucleus():
     assert entropy_bits(np.full(4, 0.25)) == pytest.approx(2.0) and entropy_bits(np.eye(4)[0]) == 0.0
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_generator_choice_probs_match_the_reference_forward():
     pairs = [(p.system, p.user) for p in PROMPTS]
     # float32: the batched, left-padded, prefix-cached pass must equal the plain uncached one.

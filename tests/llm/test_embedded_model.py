@@ -47,6 +47,7 @@ def ref_logits():
     return cases, [g.first_logits for g in gens]
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_digit_logits_match_llama_cpp(ref_logits):
     cases, ours = ref_logits
     worst = 0.0
@@ -71,6 +72,7 @@ def test_llama_cpp_top5_logits_match(ref_logits):
         assert case["top5_ids"][0] in np.argsort(-lg)[:3]
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_prefix_cache_path_equals_full_forward_f32():
     gen = generator("float32")
     outs = gen.generate([(SYSTEM, s) for s in STATES[6:8]], return_logits=True)
@@ -79,6 +81,7 @@ def test_prefix_cache_path_equals_full_forward_f32():
         assert np.abs(out.first_logits - full).max() < TIGHT_TOL
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_batching_and_padding_do_not_change_a_prompt_f32():
     gen = generator("float32")
     alone = gen.generate([(SYSTEM, STATES[7])], return_logits=True)[0]

@@ -35,6 +35,7 @@ def _ollama_store(root, name="tiny", tag="latest", arch="qwen2"):
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_gguf_backend_runs_choice_and_free_decoding(arch):
     choice = make_backend("gguf", path=str(gguf_path(arch)), max_batch=4)
     assert (choice.name, choice.model, choice.decode) == ("gguf", f"tiny_{arch}.gguf", "choice")
@@ -47,6 +48,7 @@ def test_gguf_backend_runs_choice_and_free_decoding(arch):
         assert r.error is None and r.probs is None and isinstance(r.text, str)
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_ollama_store_resolves_a_model_and_the_backend_runs_it(tmp_path, monkeypatch):
     blob = _ollama_store(tmp_path / "models")
     monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "models"))

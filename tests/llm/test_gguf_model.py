@@ -62,6 +62,7 @@ def test_float32_logits_match_transformers(arch):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_bf16_logits_are_close_and_greedy_tokens_match_transformers(arch):
     gen = generator(arch, "bf16")
     cases = reference(arch)["chat"]

@@ -144,6 +144,7 @@ def test_free_decoding_and_servers_stay_on_the_host_path():
             GraphTagSource.from_backend(backend)
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_prompt_keys_ignore_padding_and_choice_follows_the_nucleus():
     row = jnp.asarray([5, 6, 7, 8], jnp.int32)
     a = prompt_key_data(jnp.concatenate([jnp.zeros(3, jnp.int32), row])[None], jnp.asarray([3]), 7)
@@ -162,6 +163,7 @@ def test_prompt_keys_ignore_padding_and_choice_follows_the_nucleus():
     assert set(np.asarray(choose_options(tie, keys, 0.0, 0.9)).tolist()) == {0}
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_tags_and_probs_match_the_host_path_in_float32(source_f32):
     """Same model in float32: the same choices, and probabilities equal up to summation order."""
     states = np.concatenate([edge_states()[:20], random_states(28, seed=2)])
@@ -178,6 +180,7 @@ def test_tags_and_probs_match_the_host_path_in_float32(source_f32):
     np.testing.assert_array_equal(tags[single], host_tags[single])
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_duplicates_are_computed_once_and_ended_lanes_keep_their_tag(source):
     base = random_states(5, seed=3)
     states = jnp.asarray(np.concatenate([base, base[:3], base[:2]]))
@@ -193,6 +196,7 @@ def test_duplicates_are_computed_once_and_ended_lanes_keep_their_tag(source):
     np.testing.assert_array_equal(np.asarray(tags), np.asarray(prev))
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_the_answer_cache_serves_prompts_met_before(source):
     """A later period recomputes only new prompts, and a served answer is the computed one."""
     states = random_states(12, seed=4)
@@ -229,6 +233,7 @@ def test_runner_threads_a_carried_tag_state():
     np.testing.assert_array_equal(np.asarray(result.decision_tags[:, 0]), [0, 1, 2])
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_runner_stacks_a_tag_sources_aux_per_period():
     env, params = jaxarena.make("Arena-v0", bot="evasive")
 

@@ -66,6 +66,7 @@ def test_a_nonzero_adapter_changes_the_logits(tiny):
     assert float(jnp.max(jnp.abs(adapted - base))) > 1e-3
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_gradients_reach_every_adapter_array_and_keep_float32(tiny):
     cfg, params, _ = tiny
     toks, valid = _tokens(cfg)

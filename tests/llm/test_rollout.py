@@ -75,6 +75,7 @@ def test_llm_rollout_under_jit_matches_the_log(arena, server, tmp_path):
     assert server.stats()["duplicate_requests"] == 0
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_fallback_keeps_the_tag_inside_the_rollout(arena, server):
     env, params = arena
     server.set_faults(p_garbage=1.0)
@@ -87,6 +88,7 @@ def test_fallback_keeps_the_tag_inside_the_rollout(arena, server):
     assert selector.stats.fallbacks["non_numeric"] == 12
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_same_code_path_for_fixed_schedule_and_learned_sources(arena):
     env, params = arena
     key = jax.random.key(3)
@@ -108,6 +110,7 @@ def test_same_code_path_for_fixed_schedule_and_learned_sources(arena):
     np.testing.assert_array_equal(run(learned).tag_steps[:, 1], 200)
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_latency_steps_delays_the_new_tag(arena):
     env, params = arena
     result = rollout_with_llm(
@@ -128,6 +131,7 @@ def test_latency_steps_delays_the_new_tag(arena):
         make_rollout(env, params, passive_policy, 0, 2, latency_steps=50)
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_the_policy_sees_the_tag_it_acts_under(arena):
     """The tag changes at a period's first tick; that tick's action must already see it in obs[22]."""
     env, params = arena
@@ -169,6 +173,7 @@ def test_finished_episodes_are_frozen():
     np.testing.assert_array_equal(result.decision_tags[2], result.decision_tags[1])
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_paired_seeds_and_no_recompile_across_bots():
     env, params = jaxarena.make("Arena-v0", bot="aggressive")
     rollout = make_rollout(env, params, random_policy, 0, num_episodes=4, num_periods=2)

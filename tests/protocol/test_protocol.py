@@ -44,6 +44,7 @@ def runs(tmp_path_factory):
     return {"out": out, "stored_after_kill": stored, "first_before": before, "s1": s1, "s2": s2}
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_kill_leaves_only_whole_cells_and_resume_does_not_recompute(runs):
     out = runs["out"]
     assert runs["stored_after_kill"] == ["A_aggressive.json"]  # no temp files, no partial cells
@@ -180,6 +181,7 @@ def test_cli_runs_combination_a_alone_and_is_deterministic(tmp_path, capsys):
     assert not (two / "fig5_durations_A.png").exists() and (one / "fig5_durations_A.png").exists()
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_ollama_backend_path_with_faults(tmp_path):
     """`--llm ollama --model mistral` end to end against the local Ollama stand-in (real HTTP).
 

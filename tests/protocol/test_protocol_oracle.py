@@ -160,6 +160,7 @@ def test_stored_oracle_cells_are_refused_under_another_k(runs):
         runner.load_cell("O", "balanced")
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_oracle_equals_every_fixed_tag_for_a_policy_that_ignores_its_tag(tmp_path):
     """Hand-checkable: a scripted squad never reads its tag, so whatever O picks, each of its
     episodes is the paired F episode exactly, and the headroom is 0 with a CI of [0, 0]."""

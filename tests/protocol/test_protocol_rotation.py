@@ -34,6 +34,7 @@ def test_the_registry_and_the_command_line_know_r():
     assert [s.key for s in sections(CONFIG)] == ["rotation"]
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_r_plays_the_rotation_as_the_runner_does(run):
     cell = json.loads((run["dir"] / "cells" / "R_evasive.json").read_text())
     policy, params, _, _ = resolve_policy("B")

@@ -66,6 +66,7 @@ def test_the_registry_and_the_command_line_know_l():
     assert "tuned_adapter" not in ProtocolConfig(combinations=("A",), tuned_adapter="x").identity_dict()
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_a_zero_adapter_plays_b_episode_for_episode(zero_run):
     cells = {c: json.loads((zero_run["dir"] / "cells" / f"{c}_balanced.json").read_text()) for c in ("B", "L")}
     b, l_ = cells["B"]["episodes"], cells["L"]["episodes"]

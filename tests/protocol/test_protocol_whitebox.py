@@ -47,6 +47,7 @@ def _column(rows, label, bot, name, cast=float):
     return np.array([cast(r[name]) for r in rows if r["combination"] == label and r["bot"] == bot])
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_each_squad_plays_as_the_compiled_baseline_does_through_the_runner(run):
     """The protocol's W episodes are the episodes the runner gives the compiled program on the
     cell's key (the protocol translates in-process; `compile_program` goes through the sandbox)."""

@@ -160,6 +160,7 @@ def test_population_members_and_sampling(arena):
         learned.with_learned_bot(2, weights)
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_decision_env_replays_the_runners_episode(table, arena):
     """An episode played decision by decision equals the one runner's episode on the same key."""
     env, params = arena
@@ -188,6 +189,7 @@ def test_decision_env_replays_the_runners_episode(table, arena):
     assert float(info["duration_s"][0]) == pytest.approx(float(result.duration_s[0]))
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_tag_source_choosers(table, arena):
     env, params = arena
     policy, squad_params = load_policy("B-paper")  # Arena-v0, as the fixture

@@ -22,6 +22,7 @@ def test_config_and_cli_flags():
             SelectorConfig(**bad)
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_train_writes_everything_and_resumes_after_a_crash(tmp_path, monkeypatch):
     config = SelectorConfig(**TINY)
     out = tmp_path / "run"
@@ -61,6 +62,7 @@ def test_load_selector_names_the_shipped_ones():
         load_selector("no-such-selector")
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_learned_bot_checkpoints_join_the_population_by_generation(tmp_path):
     from flax import serialization
 
