@@ -46,16 +46,28 @@ LAYER_OF_FOLDER = {
     "selector": "selector",
     "coder": "coder",
 }
-# Top-level modules that check analysis tools built on the env, not the env itself.
-ANALYSIS_MODULES = {"test_oracle", "test_intents", "test_history", "test_learned_bot"}
+# Top-level modules that are not the env and its API: analysis tools built on the env, the shipped
+# policies, and the project's own checks (docs, code size, notebooks' outputs, command-line errors).
+LAYER_OF_MODULE = {
+    "test_oracle": "analysis",
+    "test_intents": "analysis",
+    "test_history": "analysis",
+    "test_learned_bot": "analysis",
+    "test_zoo": "train",
+    "test_zoo_measured": "train",
+    "test_docs": "project",
+    "test_code_size": "project",
+    "test_notebook_outputs": "project",
+    "test_cli_errors": "project",
+}
 
 
 def layer_of(path) -> str:
-    """The tier marker of a test file: its folder's layer, else core or analysis."""
+    """The tier marker of a test file: its folder's layer, else its module's, else core."""
     folder = path.parent.name
     if folder in LAYER_OF_FOLDER:
         return LAYER_OF_FOLDER[folder]
-    return "analysis" if path.stem in ANALYSIS_MODULES else "core"
+    return LAYER_OF_MODULE.get(path.stem, "core")
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's own -m selection reads the markers

@@ -13,9 +13,9 @@ rate from what the tick's step took off the bot):
     Retreat     far_share         share of living NPC-ticks at >= 8 u from the bot    higher
 
 Two more are measured and reported (`EXTRA_MEASURES`). `lateral_share`,
-the share at 60-120 deg at any distance, was Flank's earlier measure. The paper's Flank is "approach from the bot's lateral
-arcs", and at any distance the arcs are reached without flanking: a squad
-scattered by Retreat stands in them 79% of the time 38 u off the evasive
+the share at 60-120 deg at any distance, was Flank's earlier measure. The
+paper's Flank is "approach from the bot's lateral arcs", and at any distance
+the arcs are reached without flanking: a squad scattered by Retreat stands in them 79% of the time 38 u off the evasive
 bot, and so does A's chase of it, 9 u behind (docs/arena.md, "Intents").
 Within 8 u, the line the fight and Retreat are drawn at, the arcs count
 only for a squad in the fight.

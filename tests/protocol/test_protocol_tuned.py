@@ -80,6 +80,7 @@ def test_a_zero_adapter_plays_b_episode_for_episode(zero_run):
     assert "### Tuned LLM (L)" in (zero_run["dir"] / "report.md").read_text()
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_another_adapter_is_another_cell(zero_run):
     drawn = _adapter(zero_run["root"] / "drawn", 0.5)
     card = json.loads((drawn / "card.json").read_text())

@@ -218,6 +218,7 @@ def test_tag_source_choosers(table, arena):
         selector_tag_source(table, inputs, "selector")
 
 
+@pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_an_unbatched_decision_env_plays_lane_zero_of_a_batch_of_one(table):
     from jaxarena.policies import chase_and_orb_policy
 
