@@ -116,17 +116,23 @@ def test_reset_and_step_match_the_spaces_and_types(env_id):
 
 @pytest.mark.parametrize("env_id", IDS)
 def test_jit_agrees_with_plain_calls(env_id):
-    # Reset, plain and jitted, for every id; the first step too for Arena-v0. A plain step dispatches its
-    # ops one by one (10-20 s on two cores), so the others' steps are checked jitted and vmapped.
+    # Reset, plain and jitted, for every id. A plain step dispatches its ops one by one (10-20 s on two
+    # cores), so steps are checked jitted and vmapped here, and plain in the slow test below.
     env, params, reset, step = built(env_id)
-    key, action = jax.random.key(3), env.action_space(params).sample(jax.random.key(4))
+    key = jax.random.key(3)
     eager_obs, eager_state = env.reset(key, params)
     jit_obs, jit_state = reset(key, params)
     chex.assert_trees_all_close(comparable((eager_obs, eager_state)), comparable((jit_obs, jit_state)), atol=1e-5)
-    if env_id == "Arena-v0":
-        eager = env.step(jax.random.key(5), eager_state, action, params)
-        jitted = step(jax.random.key(5), jit_state, action, params)
-        chex.assert_trees_all_close(comparable(eager), comparable(jitted), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow  # a plain (op-by-op) step takes 10-20 s on two cores
+def test_a_plain_step_agrees_with_the_jitted_one():
+    env, params, reset, step = built("Arena-v0")
+    action = env.action_space(params).sample(jax.random.key(4))
+    _, state = reset(jax.random.key(3), params)
+    eager = env.step(jax.random.key(5), state, action, params)
+    jitted = step(jax.random.key(5), state, action, params)
+    chex.assert_trees_all_close(comparable(eager), comparable(jitted), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("env_id", IDS)

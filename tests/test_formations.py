@@ -293,6 +293,7 @@ def lateral_share_when_steering_to_flank_slots(env_id):
     return float(jnp.mean(jnp.abs(cos) < 0.5)), float(jnp.mean(norm(late.npc_pos - late.bot_pos[:, None])))
 
 
+@pytest.mark.slow  # over ~5 s on 2 cores: `-m core` stays under two minutes
 def test_steering_by_the_side_features_holds_more_of_a_turning_bots_sides_than_v0():
     # The standing bot still turns to face its nearest NPC, so no slot is held for good.
     sides, sides_distance = lateral_share_when_steering_to_flank_slots("ArenaFormation-v2")

@@ -70,6 +70,7 @@ def test_frames_show_units_where_they_stand(tmp_path):
     assert [p.name for p in pngs] == ["frame_00000.png", "frame_00001.png"]
 
 
+@pytest.mark.slow  # over ~5 s on 2 cores: `-m core` stays under two minutes
 def test_render_script_writes_a_gif(tmp_path):
     out = tmp_path / "one.gif"
     result = subprocess.run(

@@ -76,6 +76,7 @@ def test_runner_matches_a_plain_loop_over_env_step():
     np.testing.assert_array_equal(result.tag_steps[:, 2], 20)  # every tick under the fixed tag 2
 
 
+@pytest.mark.slow  # compiles the runner at several batch sizes: `-m core` stays under two minutes
 def test_episode_keys_do_not_depend_on_the_batch_size():
     env, params = jaxarena.make("Arena-v0", bot="balanced")
     small = make_runner(env, params, random_policy, 0, num_episodes=3)(None, params, jax.random.key(9))
