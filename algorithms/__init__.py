@@ -1,5 +1,10 @@
 """jaxarena.algorithms: PPO (PureJaxRL-style) for the shared NPC policy, networks, checkpoints."""
 
+from jaxarena.extras import require
+
+require("jaxarena.algorithms", "optax", "distrax", "orbax")
+
+# ruff: noqa: E402 (the imports follow the extras check, so a core-only install gets its one clear error)
 from .config import PPOConfig
 from .networks import ActorCritic
 from .ppo import RunnerState, Trainer, calculate_gae, make_train, make_trainer

@@ -28,6 +28,10 @@ from __future__ import annotations
 
 import importlib
 
+from jaxarena.extras import require
+
+require("jaxarena.protocol", "optax", "distrax", "orbax", "scipy", "matplotlib", "tqdm")
+
 _EXPORTS = {
     "ProtocolConfig": "config",
     "ProtocolRunner": "runner",

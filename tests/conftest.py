@@ -59,6 +59,7 @@ LAYER_OF_MODULE = {
     "test_code_size": "project",
     "test_notebook_outputs": "project",
     "test_cli_errors": "project",
+    "test_extras": "project",
 }
 
 

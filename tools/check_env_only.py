@@ -106,6 +106,21 @@ def step_arena() -> float:
     return float(total)
 
 
+def layers_say_which_extra() -> list[str]:
+    """The layers above the env, imported without their extras: each must fail with one ImportError naming
+    the extra to install (`jaxarena.extras.require`), not deep inside on its first missing package."""
+    failures = []
+    for layer in ("jaxarena.algorithms", "jaxarena.protocol"):
+        try:
+            importlib.import_module(layer)
+        except ImportError as exc:
+            if "pip install" not in str(exc) or "jaxarena[" not in str(exc):
+                failures.append(f"{layer} fails without naming the extra to install: {exc}")
+        else:
+            failures.append(f"{layer} imported without its extras")
+    return failures
+
+
 def main() -> int:
     failures = []
     if core_requirements() != CORE:
@@ -118,6 +133,7 @@ def main() -> int:
     loaded = sorted(module for module in EXTRAS_MODULES.values() if module in sys.modules)
     if loaded:
         failures.append(f"imported by the core path: {', '.join(loaded)}")
+    failures += layers_say_which_extra()
     for failure in failures:
         print(f"check_env_only: {failure}", file=sys.stderr)
     if not failures:
