@@ -32,8 +32,9 @@ class UserError(Exception):
 
 
 #: What a console script reports as one line. ValueError covers the project's checks of names and values
-#: (and its subclasses, e.g. `llm.lora.AdapterError`); OSError covers missing or unreadable files.
-USER_ERRORS: tuple[type[BaseException], ...] = (UserError, ValueError, OSError)
+#: (and its subclasses, e.g. `llm.lora.AdapterError`); OSError covers missing or unreadable files;
+#: ImportError a layer installed without its extra (`jaxarena.extras.require` names the extra).
+USER_ERRORS: tuple[type[BaseException], ...] = (UserError, ValueError, OSError, ImportError)
 
 
 def one_line(exc: BaseException) -> str:

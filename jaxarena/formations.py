@@ -19,7 +19,7 @@ A slot per NPC turns each tag into a per-NPC target:
 - Aggressive and Retreat have no slot: they ask for a distance, not a place.
 
 `rewards.intent_shaping` and `rewards.obey_shaping` pay an NPC for nearing its
-slot (obey: Surround's, and Flank's side slot on v2), and the
+slot (obey: Surround's, and Flank's side slot on ArenaFormation-v2), and the
 "ArenaFormation-v0" and "-v2" observations show it where the slot is (`slot_features`),
 so a memoryless shared policy can tell its own slot from its squadmates'.
 """

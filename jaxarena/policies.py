@@ -154,7 +154,7 @@ def make_side_keeper(near: float = 5.0, far: float = 7.5, tolerance_deg: float =
     keeping `near`-`far` u from the bot (outside its 3 u melee) and firing orbs
     once within `tolerance_deg` of the side. A reference for what a
     memoryless Flank squad can reach on the lateral-share measure
-    (docs/training.md, "Aggressive measured by its damage rate").
+    (docs/history/obeying-tags.md, "Aggressive measured by its damage rate").
     """
 
     def policy(params: Any, obs: jax.Array, key: jax.Array | None = None) -> jax.Array:

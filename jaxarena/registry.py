@@ -23,7 +23,7 @@ OBSERVATIONS = {
     "Arena-v0": {},
     "ArenaFacing-v0": {"observe_facing": True},
     "ArenaFormation-v0": {"observe_formation": True},
-    # v0 with Flank's slot at the bot's nearer side, 6 u off it (`formations.nearer_sides`).
+    # ArenaFormation-v0 with Flank's slot at the bot's nearer side, 6 u off it (`formations.nearer_sides`).
     "ArenaFormation-v2": {"observe_formation": True, "flank_sides": True},
 }
 #: The NPC-side arena variants: what a squad policy trains and plays on.
@@ -54,7 +54,7 @@ def make(env_id: str = "Arena-v0", bot: str | int | None = None, scenario: str =
             observation), "ArenaFacing-v0" (plus the bot's facing, 25 floats),
             "ArenaFormation-v0" (plus the facing and the tag's formation
             slot for each NPC, 28 floats; `jaxarena.formations`) or
-            "ArenaFormation-v2" (v0 with Flank's slot at the bot's nearer
+            "ArenaFormation-v2" (ArenaFormation-v0 with Flank's slot at the bot's nearer
             side, 6 u off it). Built around a frozen squad, which they need
             as `squad=` (a shipped policy's name such as "B-paper", a run
             directory, or a `(policy, params)` pair): "BotArena-v0", the

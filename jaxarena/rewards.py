@@ -121,15 +121,15 @@ def obey_shaping(
     """The "obey" recipe's per-step shaping of `tag` for each NPC: (5,) float32, before `shaping_weight`.
 
     Trained with the tag held for whole episodes and one expert per tag
-    (docs/training.md, v9-v11), so each expert's return is its own tag's shaping
+    (docs/training.md, "The per-tag expert squads"), so each expert's return is its own tag's shaping
     plus the team reward, and no tag's pay leaks into another's values:
 
     - Aggressive pays nothing: its expert keeps A's objective, win fast.
       Every pay-per-tick term for nearness was farmed by a hover that does
-      not finish the bot (v7), and winning is what Aggressive means.
-    - Surround: the intent recipe's slot ring (it separated in v5-v7).
+      not finish the bot, and winning is what Aggressive means.
+    - Surround: the intent recipe's slot ring (it separated in earlier per-tag squads).
     - Flank: SLOT_GAIN while the NPC stands 60-120 degrees off the bot's
-      facing within FLANK_REACH; v5-v7's slots 2.3 u off the bot's sides
+      facing within FLANK_REACH; earlier slots 2.3 u off the bot's sides
       sat inside its melee reach and turned with it, and were never held.
       With `sides` ("ArenaFormation-v2"), SLOT_GAIN times nearness to the
       bot's nearer side 6 u off it (`formations.nearer_sides`), the slot its

@@ -123,7 +123,17 @@ def _zoo_card(raw: dict, directory: Path) -> Card:
 
 
 def _adapter_card(raw: dict, directory: Path) -> Card:
-    """An LLM adapter's card (`jaxarena.llm.tuning`'s layout) as a zoo `Card`."""
+    """An LLM adapter's card (`jaxarena.llm.tuning`'s layout) as a zoo `Card`; CardError if incomplete."""
+    try:
+        card = _adapter_fields(raw, directory)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CardError(f"{directory / CARD_FILE}: an incomplete adapter card ({type(exc).__name__}: {exc})") from None
+    if card.status not in STATUSES:
+        raise CardError(f"{directory / CARD_FILE}: status {card.status!r} is not one of {', '.join(STATUSES)}")
+    return card
+
+
+def _adapter_fields(raw: dict, directory: Path) -> Card:
     played = raw["played"]
     n, seed = int(played["episodes_per_bot"]), played["seed"]
     rates = tuple(

@@ -7,11 +7,11 @@ jaxarena-zoo --kind squad --json          # the cards as JSON
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
 
+from .cli_errors import ArgumentParser, cli_main
 from .zoo_cards import KINDS, STATUSES, cards, table
 
 
@@ -21,21 +21,18 @@ def _as_json(card) -> dict:
     return out
 
 
+@cli_main("jaxarena-zoo")  # a broken card, or a missing extra: one line, no traceback (--debug shows it)
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="jaxarena-zoo", description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="jaxarena-zoo", description=__doc__.split("\n\n")[0])
     p.add_argument("--kind", choices=KINDS, help="only this kind of entry")
     p.add_argument("--status", choices=STATUSES, help="only entries with this status")
     p.add_argument("--ci", action="store_true", help="print each win rate's 95%% interval")
     p.add_argument("--json", action="store_true", help="the cards as JSON instead of a table")
     args = p.parse_args(argv)
-    try:
-        if args.json:
-            print(json.dumps([_as_json(c) for c in cards(args.kind, args.status)], indent=2, ensure_ascii=False))
-        else:
-            print(table(args.kind, args.status, ci=args.ci))
-    except (ValueError, OSError) as exc:  # a broken card: one line, no traceback
-        print(f"jaxarena-zoo: {exc}", file=sys.stderr)
-        return 1
+    if args.json:
+        print(json.dumps([_as_json(c) for c in cards(args.kind, args.status)], indent=2, ensure_ascii=False))
+    else:
+        print(table(args.kind, args.status, ci=args.ci))
     return 0
 
 

@@ -13,12 +13,14 @@ import sys
 import jax
 
 import jaxarena
+from jaxarena.cli_errors import ArgumentParser, cli_main
 from jaxarena.policies import random_policy
 from jaxarena.render import record_episode, render_frames, write_gif, write_png_frames
 
 
+@cli_main("render.py")
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(prog="render.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bot", default="balanced", choices=jaxarena.BOT_TYPES)
     parser.add_argument("--policy", default="random", help="'random', 'A', 'B' or a training run directory")
     parser.add_argument("--tag", type=int, default=0, choices=range(jaxarena.NUM_TAGS), help="fixed strategy tag")

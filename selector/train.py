@@ -50,8 +50,8 @@ class SelectorConfig:
     """One selector training run; every field is a CLI flag of the same name."""
 
     scenario: str = "paper"
-    # The frozen tag-following squad (a name or a run directory). "B-experts" (v7 of
-    # docs/training.md): its best tag differs by bot, so choosing tags can matter.
+    # The frozen tag-following squad (a name or a run directory). "B-experts" (docs/training.md,
+    # "Pretrained policies"): its best tag differs by bot, so choosing tags can matter.
     squad: str = "B-experts"
     table: str = "smollm2-135m"  # the LLM's strategy table (a shipped name or a path)
     style: str = "iterative"

@@ -51,7 +51,7 @@ LAYER_OF_FOLDER = {
 LAYER_OF_MODULE = {
     "test_oracle": "analysis",
     "test_intents": "analysis",
-    "test_history": "analysis",
+    "test_history": "llm",
     "test_learned_bot": "analysis",
     "test_zoo": "train",
     "test_zoo_measured": "train",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -13,8 +14,12 @@ from jaxarena.tasks import compact_table
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
-# Words of the development record, which lives under docs/history/ only.
-INTERNAL = re.compile(r"\b[Ss]top \d+\b|\b[Ii]ssue #?\d+\b|\b[Ss]eed 00\d\b")
+# Words of the development record, which lives under docs/history/ only: its stops, issues, seeds and
+# stage names ("v11", "v9-v11"; an env id's "-v0" is not one).
+INTERNAL = re.compile(
+    r"\b[Ss]top \d+\b|\b[Ii]ssue #?\d+\b|\b[Ss]eed 00\d\b|\b[Tt]he issue\b|\b[Ii]ssue's\b"
+    r"|(?<![-\w.])v\d{1,2}(?:-v\d{1,2})?\b"
+)
 
 
 def _generated_block(text: str, name: str) -> str:
@@ -30,7 +35,8 @@ def test_readme_is_short():
 
 
 def test_user_facing_text_has_no_development_record_words():
-    pages = [README, *sorted((ROOT / "docs").glob("*.md"))]
+    cards = [p for folder in ("algorithms", "selector", "llm") for p in sorted((ROOT / folder).rglob("card.json"))]
+    pages = [README, *sorted((ROOT / "docs").glob("*.md")), *cards]
     hits = [
         f"{page.relative_to(ROOT)}:{n}: {line.strip()}"
         for page in pages
@@ -83,3 +89,15 @@ def test_readme_policies_table_is_generated():
     from jaxarena import zoo
 
     assert _generated_block(README.read_text(), "policies-table") == zoo.table(status="recommended").rstrip("\n") + "\n"
+
+
+def test_notebooks_speak_of_the_project():
+    hits = [
+        f"{path.name}: {line.strip()}"
+        for path in sorted((ROOT / "notebooks").glob("*.ipynb"))
+        for cell in json.loads(path.read_text())["cells"]
+        if cell["cell_type"] == "markdown"
+        for line in "".join(cell["source"]).splitlines()
+        if INTERNAL.search(line)
+    ]
+    assert not hits, "say these in the project's words:\n" + "\n".join(hits)

@@ -186,6 +186,11 @@ def test_make_checks_the_learned_bot():
     env, params = jaxarena.make("Arena-v0", bot="learned", bot_weights=w)
     assert int(params.bot_type) == BOT_LEARNED
     chex.assert_trees_all_equal(params.bot_weights, w)
+    # The dict of earlier releases still builds the same typed weights.
+    as_dict = {name: getattr(w, name) for name in type(w).__dataclass_fields__}
+    _, from_dict = jaxarena.make("Arena-v0", bot="learned", bot_weights=as_dict)
+    assert type(from_dict.bot_weights) is type(w)
+    chex.assert_trees_all_equal(from_dict.bot_weights, w)
     assert int(jaxarena.make("Arena-v0", bot_type=BOT_LEARNED, bot_weights=w)[1].bot_type) == BOT_LEARNED
     with pytest.raises(ValueError, match="needs bot_weights"):
         jaxarena.make("Arena-v0", bot="learned")

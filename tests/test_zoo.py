@@ -96,7 +96,8 @@ def test_list_filters_by_kind_and_status():
     recommended = {c.name for c in zoo.list(status="recommended")}
     assert {"A", "B", "B-paper", "A-raid", "B-obey-raid", "C"} <= recommended
     assert not recommended & {"A-brute", "B-obey", "C-scripted"}
-    assert all(c.kind == "squad" and c.status == "ablation" for c in zoo.list("squad", "ablation"))
+    assert zoo.list("squad", "ablation") == []
+    assert [c.name for c in zoo.list("selector", "ablation")] == ["C-all-tags", "C-nodeduction", "C-scripted"]
     with pytest.raises(ValueError, match="choose from squad, selector, adapter"):
         zoo.list(kind="squads")
 
@@ -173,9 +174,9 @@ def test_an_incomplete_card_is_refused_in_one_line(tmp_path, monkeypatch, capsys
     with pytest.raises(CardError, match="missing format, status, summary"):
         read_card(tmp_path / "X")
     monkeypatch.setattr("jaxarena.zoo_cards.shipped_directories", lambda: {"squad": {"X": tmp_path / "X"}})
-    assert zoo_cli.main([]) == 1
+    assert zoo_cli.main([]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("jaxarena-zoo: ") and "missing" in err
+    assert err.count("\n") == 1 and err.startswith("jaxarena-zoo: error: ") and "missing" in err
 
 
 def test_the_command_prints_the_table_and_the_cards(capsys):

@@ -1,7 +1,7 @@
 """The notebooks run top to bottom on small budgets (JAXARENA_NB_SMALL=1), in a scratch directory.
 
-Each takes about 40-120 s on 2 shared CPU cores (compiles dominate), under the ~2 min at which we
-would mark them slow. Their committed, full-size outputs are checked by tests/test_notebook_outputs.py.
+Each takes about 40-120 s on 2 shared CPU cores (compiles dominate), so they run with the slow tier.
+Their committed, full-size outputs are checked by tests/test_notebook_outputs.py.
 """
 
 from __future__ import annotations
