@@ -73,8 +73,11 @@ def layer_of(path) -> str:
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's own -m selection reads the markers
 def pytest_collection_modifyitems(config, items):
+    layers = {"core", *LAYER_OF_FOLDER.values(), *LAYER_OF_MODULE.values()}
     for item in items:
-        item.add_marker(getattr(pytest.mark, layer_of(item.path)))
+        # A test may name its own layer (a scripted squad's check among the env's); else its module's.
+        if not any(item.get_closest_marker(layer) for layer in layers):
+            item.add_marker(getattr(pytest.mark, layer_of(item.path)))
     # Slow tests run only when the -m expression names them: `-m core` stays the fast inner loop.
     if "slow" not in (config.option.markexpr or ""):
         slow = [item for item in items if item.get_closest_marker("slow")]

@@ -287,6 +287,7 @@ def test_the_wrappers_keep_the_checks():
         marl.step(7, state, {a: 0 for a in marl.agents})
 
 
+@pytest.mark.slow  # jit and vmap of every id are checked by the conformance test; this adds the unbatched lane
 def test_jitted_and_vmapped_steps_still_run_with_the_checks():
     env, params = jaxarena.make("Arena-v0")
     keys = jax.random.split(jax.random.key(0), 3)

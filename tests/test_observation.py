@@ -118,6 +118,7 @@ def test_facing_variant_appends_the_bots_facing_to_table3():
     assert np.unique(np.round(obs[:, 0, 23:], 3), axis=0).shape[0] > 3
 
 
+@pytest.mark.train  # a trained policy, not the env: outside the core tier
 def test_a_policy_refuses_an_observation_of_the_wrong_size():
     from jaxarena.algorithms.checkpoint import make_policy
     from jaxarena.algorithms.config import PPOConfig

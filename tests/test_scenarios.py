@@ -123,6 +123,7 @@ def test_flank_sends_the_squad_to_both_sides():
     assert set(acts[0::2]) == {STRAFE_RIGHT} and set(acts[1::2]) == {STRAFE_LEFT}
 
 
+@pytest.mark.analysis  # a scripted squad, not the env: outside the core tier
 def test_side_keeper_turns_each_npc_towards_the_nearer_side_of_the_bots_facing():
     # The bot faces east; NPCs at 6 u (inside the 5-7.5 u band) on bearings off that facing.
     env, params = jaxarena.make("ArenaFacing-v0", bot="aggressive", bot_speed=0.0, bot_melee_damage=0.0)
@@ -164,6 +165,7 @@ def test_tag_switch_policy_plays_the_policy_of_the_observed_tag():
     np.testing.assert_array_equal(switch(None, tagged, jax.random.key(0)), np.full(5, RETREAT))  # tag 1: kite
 
 
+@pytest.mark.analysis  # a scripted squad, not the env: outside the core tier
 def test_true_mode_tags_report_the_bots_mode_to_the_switcher():
     env, params = jaxarena.make("Arena-v0", scenario="headroom")
     switch = policies.tag_switch_policy(policies.rush_policy, policies.kite_policy)

@@ -91,6 +91,7 @@ def test_env_reward_adds_weighted_shaping_for_living_npcs_only():
     np.testing.assert_array_equal(reward_a, np.zeros(5))
 
 
+@pytest.mark.analysis  # a claim over rollouts: outside the core tier
 def test_default_reward_is_the_team_reward_alone_and_shaping_never_changes_outcomes():
     """Arena-v0's default params pay Combination A's reward; shaping is opt-in and reward-only."""
     from jaxarena.policies import focus_fire_policy
