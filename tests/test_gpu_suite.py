@@ -1,0 +1,60 @@
+"""The speed suite runs its steps in child processes, logs every line, and writes its table."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SUITE = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_suite.py"
+
+
+def run_suite(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess, list[dict], str]:
+    done = subprocess.run(
+        [sys.executable, str(SUITE), "--out", str(tmp_path), "--mode", "smoke", *extra],
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
+    lines = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    return done, lines, (tmp_path / "results.md").read_text()
+
+
+def test_smoke_step_logs_lines_and_table(tmp_path):
+    done, lines, table = run_suite(tmp_path, "--only", "env_sweep")
+    assert done.returncode == 0, done.stderr[-2000:]
+    measured = [r for r in lines if r.get("bench") == "env_throughput"]
+    assert [r["n_envs"] for r in measured] == [64, 1024]
+    assert all(r["suite_step"] == "env_sweep" and r["env_steps_per_s"] > 0 for r in measured)
+    assert {"suite_step": "env_sweep", "mode": "smoke", "status": "ok"}.items() <= lines[-1].items()
+    summary = json.loads(done.stdout.splitlines()[-1])
+    assert summary["bench"] == "gpu_suite_summary" and summary["failed"] == []
+    assert "| env_sweep | ok |" in table and "N=1,024:" in table
+
+
+def test_gguf_step_skipped_without_a_model_and_bad_path_refused(tmp_path):
+    done, lines, table = run_suite(tmp_path, "--only", "llm_gguf")
+    assert done.returncode == 0
+    assert lines[-1]["status"] == "skipped (no --gguf)" and "| llm_gguf | skipped (no --gguf) |" in table
+    bad = subprocess.run(
+        [sys.executable, str(SUITE), "--out", str(tmp_path), "--gguf", str(tmp_path / "no.gguf")],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and "no such file" in bad.stderr
+
+
+@pytest.mark.slow
+def test_whole_smoke_suite_passes_on_cpu(tmp_path):
+    """Every step but the GGUF one (no model file here) runs small on a CPU and reports its figures."""
+    done, lines, table = run_suite(tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    status = {r["suite_step"]: r["status"] for r in lines if "status" in r}
+    assert status.pop("llm_gguf") == "skipped (no --gguf)"
+    assert set(status.values()) == {"ok"}, status
+    for step in status:  # each step's headline cell is filled from its own lines
+        row = next(line for line in table.splitlines() if line.startswith(f"| {step} |"))
+        assert row.split("|")[4].strip(), row
