@@ -90,29 +90,50 @@ def make_batch_scorer(policies: Sequence, config: ScoreConfig):
     progresses at the same pace. Returns (fn, jobs) where jobs holds the
     numpy arrays `cand` and `bot` (J,) in job order.
     """
-    env, params = jaxarena.make("Arena-v0", scenario=config.scenario, decision_period_s=config.chunk_s)
-    e = config.episodes_per_bot
     bots = [bot_index(b) for b in config.bots]
-    cand, bot_of_job, episode = _job_queue(len(policies), bots, e)
-    n_jobs = cand.shape[0]
-    lanes = min(config.lanes, n_jobs)
-    lane_run, lane_reset, template = _lane_programs(env, params, policies)
+    cand, bot_of_job, episode = _job_queue(len(policies), bots, config.episodes_per_bot)
+    run_jobs = make_job_runner(policies, config)
+    queue = (jnp.asarray(cand), jnp.asarray(bot_of_job), jnp.asarray(episode))
+    return (lambda: run_jobs(*queue, cand.shape[0])), {"cand": cand, "bot": bot_of_job}
 
-    def score():
-        job_cand = jnp.asarray(cand)
-        job_bot = jnp.asarray(bot_of_job)
-        job_key = _job_keys(config.seed, bots, e, bot_of_job, episode)
+
+def make_job_runner(policies: Sequence, config: ScoreConfig):
+    """A jitted `fn(cand, bot, episode, n) -> per-job results`: plays the first `n` jobs of the given queue.
+
+    The queue's arrays have a fixed length, every policy's full share (`len(policies)` x bots x
+    `episodes_per_bot`), so one compiled program serves any subset of those jobs: racing plays
+    a few episodes per call and calls again. The results' first `n` rows are the jobs played, the
+    rest zero. Every job's key is `episode_keys`' key of its (bot, episode), so a job has the same
+    outcome whichever call, lane or batch mate plays it (same compiled program).
+    """
+    env, params = jaxarena.make("Arena-v0", scenario=config.scenario, decision_period_s=config.chunk_s)
+    capacity = len(policies) * len(config.bots) * config.episodes_per_bot
+    lanes = min(config.lanes, capacity)
+    lane_run, lane_reset, template = _lane_programs(env, params, policies)
+    base = jax.random.key(config.seed)
+
+    def run_jobs(job_cand, job_bot, job_episode, n_jobs):
+        job_key = jax.vmap(lambda b, e: jax.random.fold_in(jax.random.fold_in(base, b), e))(job_bot, job_episode)
         # Every job's first state, once: cheaper than resetting every lane at every chunk.
         job_start = lane_reset(job_key, params.replace(bot_type=job_bot))
-        carry0 = _initial_carry(lanes, n_jobs, template)
-        body = _chunk_step(lane_run, params, job_cand, job_bot, job_key, job_start, n_jobs)
+        carry0 = _initial_carry(lanes, capacity, template)
+        body = _chunk_step(lane_run, params, (job_cand, job_bot, job_key, job_start), n_jobs, capacity)
 
         def cond(c):
             return jnp.any(c["job"] >= 0) | (c["next"] < n_jobs)
 
         return jax.lax.while_loop(cond, body, carry0)["results"]
 
-    return jax.jit(score), {"cand": cand, "bot": bot_of_job}
+    jitted = jax.jit(run_jobs)
+
+    def fn(job_cand, job_bot, job_episode, n_jobs: int):
+        pad = capacity - len(job_cand)
+        if pad < 0 or not 0 <= n_jobs <= len(job_cand):
+            raise ValueError(f"{n_jobs} jobs of {len(job_cand)} given; this runner holds at most {capacity}")
+        arrays = [jnp.pad(jnp.asarray(a, jnp.int32), (0, pad)) for a in (job_cand, job_bot, job_episode)]
+        return jitted(*arrays, jnp.int32(n_jobs))
+
+    return fn
 
 
 # Evasive first: its episodes run longest (often to the 120 s timeout).
@@ -156,14 +177,6 @@ def _lane_programs(env, params, policies: Sequence):
     return lane_run, lane_reset, template
 
 
-def _job_keys(seed: int, bots: list[int], e: int, bot_of_job: np.ndarray, episode: np.ndarray) -> jax.Array:
-    """Each job's episode key (`episode_keys`), whatever candidate plays it."""
-    all_keys = jnp.stack([episode_keys(seed, b, e) for b in bots])  # (bots, E)
-    bot_pos = {b: i for i, b in enumerate(bots)}
-    job_key_row = jnp.asarray(np.asarray([bot_pos[int(b)] for b in bot_of_job], np.int32))
-    return all_keys[job_key_row, jnp.asarray(episode)]
-
-
 def _initial_carry(lanes: int, n_jobs: int, template) -> dict:
     """The while loop's carry before any job: every lane free, every job's results zero."""
     none = jnp.full((lanes,), -1, jnp.int32)
@@ -187,15 +200,20 @@ def _initial_carry(lanes: int, n_jobs: int, template) -> dict:
     }
 
 
-def _chunk_step(lane_run, params, job_cand, job_bot, job_key, job_start, n_jobs: int):
-    """The while loop's body: free lanes take the next jobs, every lane plays one chunk, ended jobs are recorded."""
+def _chunk_step(lane_run, params, queue, n_jobs, capacity: int):
+    """The while loop's body: free lanes take the next jobs, every lane plays one chunk, ended jobs are recorded.
+
+    `queue` holds each job's candidate, bot, key and first state (`capacity` rows); only the first
+    `n_jobs` (traced) are taken.
+    """
+    job_cand, job_bot, job_key, job_start = queue
 
     def body(c):
         free = c["job"] < 0
         new_job = c["next"] + jnp.cumsum(free.astype(jnp.int32)) - 1
         take = free & (new_job < n_jobs)
         job = jnp.where(take, new_job, c["job"])
-        safe = jnp.clip(job, 0, n_jobs - 1)
+        safe = jnp.clip(job, 0, capacity - 1)
         p = params.replace(bot_type=job_bot[safe])
         keys = job_key[safe]
         state = jax.tree.map(
@@ -209,7 +227,7 @@ def _chunk_step(lane_run, params, job_cand, job_bot, job_key, job_start, n_jobs:
         counts = counts + res.extras["actions"]["counts"][:, 0]
         invalid = invalid + res.extras["actions"]["invalid"][:, 0]
         ended = (job >= 0) & (res.outcome[:, 0] != 0)
-        where = jnp.where(ended, job, n_jobs)  # out of bounds: dropped
+        where = jnp.where(ended, job, capacity)  # out of bounds: dropped
         r = c["results"]
         results = {
             "outcome": r["outcome"].at[where].set(res.outcome[:, 0], mode="drop"),

@@ -36,6 +36,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scenario", default="paper", help="arena preset (jaxarena.scenarios; default paper)")
     p.add_argument("--bots", nargs="+", default=list(BOT_TYPES), help="bots to score against (default all three)")
     p.add_argument("--lanes", type=int, default=2048, help="episodes played side by side when scoring")
+    p.add_argument(
+        "--race",
+        action="store_true",
+        help="race the candidates: stop playing one once it is shown worse than the best so far (docs/coder.md)",
+    )
+    p.add_argument("--race-alpha", type=float, default=0.05, help="with --race: chance of dropping a better one")
+    p.add_argument("--race-first", type=int, default=30, help="with --race: episodes per bot of the first look")
     p.add_argument("--max-tokens", type=int, default=768, help="new tokens per LLM reply (default 768)")
     p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (default 0.7)")
     p.add_argument("--timeout-s", type=float, default=600.0, help="per-request limit for Ollama (default 600)")
@@ -77,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         temperature=args.temperature,
         timeout_s=args.timeout_s,
         gif_bot=args.gif_bot,
+        race=args.race,
+        race_alpha=args.race_alpha,
+        race_first=args.race_first,
     )
     run_dir = Path(args.out) / (args.run or run_name(config))
     loop = Loop(config, run_dir, progress=None if args.no_progress else lambda line: print(line, flush=True))

@@ -169,7 +169,9 @@ class Loop:
         if done is not None:
             return done
         sources = [c["code"] for c in codes]
-        scores = score_sources(sources, self.score_config, self.cache)
+        race = self.config.race_config()
+        incumbent = self._best_before(r) if race is not None else None
+        scores = score_sources(sources, self.score_config, self.cache, race=race, incumbent=incumbent)
         skills = update_skills(self._skills_before(r), plan["skills"], scores)
         event = {
             "event": "scored",
@@ -214,6 +216,11 @@ class Loop:
     def _skills_before(self, r: int) -> dict:
         scored = [e for e in self.log.events if e["event"] == "scored" and e["round"] < r]
         return max(scored, key=lambda e: e["round"])["skills"] if scored else {}
+
+    def _best_before(self, r: int) -> Score | None:
+        """The best program's score of the rounds before `r` (the bar a race starts from), or None."""
+        best = [b for b in (self._round_best(x) for x in range(1, r)) if b is not None and b.status == "ok"]
+        return max(best, key=lambda s: s.reward) if best else None
 
     def _round_best(self, r: int) -> Score | None:
         scored = self.log.find("scored", r)

@@ -40,6 +40,9 @@ class LoopConfig:
     temperature: float = 0.7
     timeout_s: float = 600.0
     gif_bot: str = "balanced"
+    race: bool = False
+    race_alpha: float = 0.05
+    race_first: int = 30
 
     def __post_init__(self):
         from jaxarena.llm.backends import parse_llm_spec
@@ -56,6 +59,11 @@ class LoopConfig:
                 raise LoopError(f"{field} must be a positive integer, got {value!r}")
         if not 0.0 <= self.temperature <= 2.0:
             raise LoopError(f"temperature must be in [0, 2], got {self.temperature!r}")
+        if self.race:
+            try:
+                self.race_config()
+            except ValueError as exc:
+                raise LoopError(f"race: {exc}") from None
         if self.timeout_s <= 0:
             raise LoopError(f"timeout_s must be positive, got {self.timeout_s!r}")
         try:
@@ -81,9 +89,18 @@ class LoopConfig:
             lanes=self.lanes,
         )
 
+    def race_config(self):
+        """The race's settings (`racing.RaceConfig`), or None when candidates get the full budget."""
+        from .racing import RaceConfig
+
+        return RaceConfig(first=self.race_first, alpha=self.race_alpha) if self.race else None
+
     def to_json(self) -> dict:
         data = dataclasses.asdict(self)
         data["bots"] = list(self.bots)
+        if not self.race:  # so a run recorded before racing existed resumes with the same config
+            for field in ("race", "race_alpha", "race_first"):
+                del data[field]
         return data
 
     @classmethod

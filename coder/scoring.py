@@ -123,12 +123,18 @@ def score_policies(policies: Sequence, config: ScoreConfig | None = None) -> lis
 
 
 def score_sources(
-    sources: Sequence[str | None], config: ScoreConfig | None = None, cache: dict[str, Score] | None = None
+    sources: Sequence[str | None],
+    config: ScoreConfig | None = None,
+    cache: dict[str, Score] | None = None,
+    race=None,
+    incumbent: Score | None = None,
 ) -> list[Score]:
     """Scores program sources (None: no code, -1), compiling each in the sandbox, then playing them in one batch.
 
     `cache` (source -> Score, for this `config`) is read and filled: a program met again, in this batch or
     an earlier one, is not played again; its first score stands.
+    `race` (a `racing.RaceConfig`): race the programs instead of giving each the full budget; `incumbent`
+    is an earlier best Score that sets the bar (`racing.race_policies`).
     """
     config = config or ScoreConfig()
     cache = {} if cache is None else cache
@@ -150,7 +156,13 @@ def score_sources(
             scores[i] = failed
         else:
             compiled[i] = program.policy
-    for i, score in zip(compiled, score_policies(list(compiled.values()), config), strict=True):
+    if race is None:
+        played = score_policies(list(compiled.values()), config)
+    else:
+        from .racing import race_policies
+
+        played = race_policies(list(compiled.values()), config, race, incumbent)
+    for i, score in zip(compiled, played, strict=True):
         scores[i] = score
     for source, i in first.items():
         # A compile that ran out of time or memory may pass on a less loaded machine: not remembered.

@@ -121,6 +121,18 @@ def test_a_finished_run_is_not_redone_and_can_be_extended(server, tmp_path):
     assert after.startswith(before) and {e["round"] for e in load_events(tmp_path / "run")} == {1, 2}
 
 
+@pytest.mark.slow  # a loop with real scoring: over ~10 s on 2 cores
+def test_a_raced_loop_scores_with_the_best_so_far_as_incumbent(server, tmp_path):
+    """--race: the fixture's one good program races alone, so it gets the full budget and full scoring's score."""
+    plain = Loop(config_for(server, rounds=1), tmp_path / "plain", progress=None).run()
+    raced_config = config_for(server, rounds=2, race=True, race_first=2)
+    loop = Loop(raced_config, tmp_path / "raced", progress=None)
+    best = loop.run()
+    assert json.loads((tmp_path / "raced" / "config.json").read_text())["race"] is True
+    assert best["score"] == plain["score"] and best["score"].episodes_per_bot == 4
+    assert loop._best_before(2) == best["score"] and loop._best_before(1) is None
+
+
 def _wait_for(path, predicate, timeout_s):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
