@@ -57,12 +57,20 @@ class Checkpointer:
 
     Saves are synchronous (`save` returns when the step is on disk), so the
     training loop can promise that a finished chunk survives a kill.
+
+    In a multi-process run (`jax.distributed`) every process builds its
+    Checkpointer and calls `save` and `restore` with its part of the runner
+    state: each array is written once, every shard by the process that holds it
+    (process 0 writes the metadata), and the step is complete only when all
+    have written. `run_dir` must then be on a filesystem every process sees.
+    Process 0 alone writes `config.json`.
     """
 
     def __init__(self, run_dir: str | Path, config: PPOConfig, max_to_keep: int | None = 2):
         self.run_dir = Path(run_dir)
         self.config = config
-        write_config(self.run_dir, config)
+        if jax.process_index() == 0:
+            write_config(self.run_dir, config)
         self._mngr = _manager(self.run_dir, max_to_keep)
 
     def latest_step(self) -> int | None:

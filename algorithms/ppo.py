@@ -164,6 +164,20 @@ def default_mesh(num_envs: int) -> Mesh | None:
     return Mesh(devices, (ENV_AXIS,))
 
 
+def _minibatches(x: jax.Array, perm: jax.Array, num_minibatches: int, mesh: Mesh | None) -> jax.Array:
+    """`x` (samples, ...) shuffled by `perm` into (num_minibatches, samples per minibatch, ...).
+
+    With a mesh each minibatch's samples are split over its devices, so each device computes the
+    loss and gradient of its share and XLA all-reduces the sums; unconstrained, the partitioner
+    would run every minibatch step whole on every device. Which samples form a minibatch does not
+    change, so the update equals one device's up to the order of float sums.
+    """
+    x = x[perm].reshape((num_minibatches, -1) + x.shape[1:])
+    if mesh is None or x.shape[1] % mesh.size:
+        return x
+    return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(None, ENV_AXIS, *([None] * (x.ndim - 2)))))
+
+
 def make_trainer(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Trainer:
     """Build `init(rng) -> RunnerState` and `run_updates(state, n) -> (state, metrics)`.
 
@@ -303,7 +317,7 @@ def make_trainer(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Trainer
             # Flatten (time, envs, NPCs) into one batch of agent samples.
             flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[3:]), (traj, advantages, targets))
             perm = jax.random.permutation(k_perm, flat[1].shape[0])
-            shuffled = jax.tree.map(lambda x: x[perm].reshape((config.num_minibatches, -1) + x.shape[1:]), flat)
+            shuffled = jax.tree.map(lambda x: _minibatches(x, perm, config.num_minibatches, mesh), flat)
 
             def _update_minbatch(train_state, minibatch):
                 batch, adv, tgt = minibatch

@@ -9,6 +9,11 @@ and, every `--checkpoint-every` chunks (default every chunk), the full
 runner state is saved atomically. Re-running with the same `--out` resumes
 from the latest checkpoint (metrics rows past it are dropped), so a Ctrl-C or
 kill loses at most the unfinished chunk.
+
+With `--distributed` the same command runs on every process of a multi-process
+(multi-host) run; see `jaxarena.algorithms.distributed` and docs/distributed.md.
+Every process takes part in each chunk and each checkpoint; process 0 alone
+writes the config, the metrics and the plot, and prints.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from jaxarena.registry import ARENA_IDS
 from jaxarena.scenarios import SCENARIOS
 from jaxarena.types import BOT_TYPES
 
+from . import distributed
 from .config import PPOConfig
 from .train_metrics import MetricsLog, host_metrics, plot_curves
 
@@ -59,6 +65,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     g.add_argument("--fresh", action="store_true", help="delete --out's checkpoints and metrics, start over")
     p.add_argument("--keep-xla-flags", action="store_true", help=f"do not add {YNN_FLAG} to XLA_FLAGS")
     p.add_argument("--no-progress", action="store_true")
+    distributed.add_arguments(p)
     return p.parse_args(argv)
 
 
@@ -73,7 +80,7 @@ def _config_from_args(args, base: PPOConfig | None) -> PPOConfig:
         if getattr(args, name) is not None:
             changes[name] = getattr(args, name)
     if args.bots is not None:
-        changes["bots"] = tuple(args.bots)
+        changes["bots"] = list(args.bots)  # as the stored config spells it, so a resume compares equal
     if args.init_from is not None:
         changes["init_from"] = str(args.init_from)
     fields = cfg.to_dict()
@@ -99,6 +106,11 @@ def main(argv=None) -> int:
     # in benchmarks/train_throughput.py: YNNPACK fusions slow this workload.
     if not args.keep_xla_flags and YNN_FLAG not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + YNN_FLAG).strip()
+    # Before anything else touches JAX: the backends are built once, for all processes' devices.
+    if args.distributed:
+        distributed.initialize(args)
+    else:
+        distributed.check_arguments(args)  # --process-id and the like without --distributed
 
     import jax
 
@@ -107,29 +119,36 @@ def main(argv=None) -> int:
 
     run_dir = Path(args.out)
     config, existing = _open_run(args, run_dir)
-    trainer = make_trainer(config)
+    trainer = make_trainer(config, distributed.global_mesh(config.num_envs) if args.distributed else "auto")
+    primary = distributed.is_primary()
     ckpt = Checkpointer(run_dir, config, max_to_keep=args.keep or None)
     run = jax.jit(trainer.run_updates, static_argnums=1, donate_argnums=0)
     t0 = time.time()
     runner = jax.jit(trainer.init)(jax.random.PRNGKey(config.seed))
     if config.init_from and not existing:
-        runner = _warm_start(config, runner)
-        print(f"warm start from {config.init_from} (optimiser state fresh)", flush=True)
+        runner = _warm_start(config, runner, trainer.mesh if args.distributed else None)
+        _say(f"warm start from {config.init_from} (optimiser state fresh)")
     if existing:
         runner = _restore(ckpt, runner, run_dir)
-        print(f"resumed {run_dir} at update {int(runner.update)}/{config.num_updates}", flush=True)
-    log = MetricsLog(run_dir, int(runner.update))
+        _say(f"resumed {run_dir} at update {int(runner.update)}/{config.num_updates}")
+    log = MetricsLog(run_dir, int(runner.update), write=primary)
     devices = jax.devices()
-    print(
+    _say(
         f"combination {config.combination}, scenario {config.scenario}, bots {', '.join(config.bots)}, "
         f"{config.num_updates} updates x {config.steps_per_update} env steps, "
         f"{config.num_envs} envs on {len(devices)} {devices[0].platform} device(s)"
-        + (" (sharded)" if trainer.mesh is not None else ""),
-        flush=True,
+        + (f" of {jax.process_count()} processes" if args.distributed else "")
+        + (" (sharded)" if trainer.mesh is not None else "")
     )
     runner, interrupted = _train(args, config, run, runner, ckpt, log, run_dir, t0)
     _print_outputs(config, runner, interrupted, ckpt, log, run_dir, t0)
     return 130 if interrupted else 0
+
+
+def _say(text: str) -> None:
+    """Print a line of the run's progress: on process 0 only, so a multi-process run prints each line once."""
+    if distributed.is_primary():
+        print(text, flush=True)
 
 
 def _open_run(args, run_dir: Path) -> tuple[PPOConfig, bool]:
@@ -140,19 +159,26 @@ def _open_run(args, run_dir: Path) -> tuple[PPOConfig, bool]:
     if args.resume and not existing:
         raise UserError(f"--resume: no checkpoint in {run_dir}")
     if args.fresh and run_dir.exists():
-        for name in ("checkpoints", "metrics.csv", "metrics.jsonl", "config.json", "learning_curve.png"):
-            target = run_dir / name
-            shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+        distributed.barrier("looked for a checkpoint")  # nobody deletes while another process reads
+        if distributed.is_primary():
+            for name in ("checkpoints", "metrics.csv", "metrics.jsonl", "config.json", "learning_curve.png"):
+                target = run_dir / name
+                shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
         existing = False
+    distributed.barrier("opened the run")  # nobody writes before every process has read
     return _config_from_args(args, read_config(run_dir) if existing else None), existing
 
 
-def _warm_start(config: PPOConfig, runner):
-    """`runner` with the params of `config.init_from` carried over (widened to this run's inputs)."""
+def _warm_start(config: PPOConfig, runner, mesh=None):
+    """`runner` with the params of `config.init_from` carried over (widened to this run's inputs).
+
+    `mesh`: a multi-process run's, whose params are read on the host and put back replicated over it.
+    """
     from .checkpoint import load_params, obs_size_of
     from .warm_start import as_experts, forget_tag_input, input_rows, keep_fresh_experts, widen_params
 
     src_config, src_params = load_params(config.init_from)
+    fresh = runner.train_state.params if mesh is None else distributed.host(runner.train_state.params)
     src_net, dst_net = src_config.network_kwargs(), config.network_kwargs()
     if (src_net["hidden"], src_net["activation"]) != (dst_net["hidden"], dst_net["activation"]) or (
         src_net.get("tag_experts") and not dst_net.get("tag_experts")
@@ -169,13 +195,15 @@ def _warm_start(config: PPOConfig, runner):
             src_params = forget_tag_input(src_params)
         if dst_net.get("tag_experts") and not src_net.get("tag_experts"):
             src_params = as_experts(src_params)
-        params = widen_params(src_params, runner.train_state.params, rows)
-        params = keep_fresh_experts(params, runner.train_state.params, config.fresh_tags)
+        params = widen_params(src_params, fresh, rows)
+        params = keep_fresh_experts(params, fresh, config.fresh_tags)
     except ValueError as exc:
         raise UserError(
             f"--init-from {config.init_from} ({src_config.env_id}, {src_net}) cannot seed this run "
             f"({config.env_id}, {dst_net}): {exc}"
         ) from None
+    if mesh is not None:
+        params = distributed.replicated(params, mesh)
     return runner.replace(train_state=runner.train_state.replace(params=params))
 
 
@@ -194,7 +222,6 @@ def _restore(ckpt, runner, run_dir: Path):
 
 def _train(args, config: PPOConfig, run, runner, ckpt, log: MetricsLog, run_dir: Path, t0: float):
     """Runs chunks until the last update or a Ctrl-C/SIGTERM; returns (runner, interrupted)."""
-    import jax
     from tqdm.auto import tqdm
 
     start = int(runner.update)
@@ -205,7 +232,7 @@ def _train(args, config: PPOConfig, run, runner, ckpt, log: MetricsLog, run_dir:
         initial=start * config.steps_per_update,
         unit="step",
         unit_scale=True,
-        disable=args.no_progress,
+        disable=args.no_progress or not distributed.is_primary(),
         dynamic_ncols=True,
     )
     compiled: dict[int, object] = {}
@@ -217,10 +244,10 @@ def _train(args, config: PPOConfig, run, runner, ckpt, log: MetricsLog, run_dir:
             if n not in compiled:
                 tc = time.time()
                 compiled[n] = run.lower(runner, n).compile()
-                print(f"compiled a {n}-update chunk in {time.time() - tc:.1f} s", flush=True)
+                _say(f"compiled a {n}-update chunk in {time.time() - tc:.1f} s")
             tc = time.time()
             runner, metrics = compiled[n](runner)
-            metrics = jax.device_get(metrics)
+            metrics = distributed.host(metrics)  # every process: a collective where the run spans several
             elapsed = time.time() - tc
             rows = [host_metrics(metrics, i) for i in range(n)]
             for row in rows:
@@ -231,7 +258,7 @@ def _train(args, config: PPOConfig, run, runner, ckpt, log: MetricsLog, run_dir:
                 ckpt.save(runner)
             bar.set_postfix(_progress_postfix(rows, n, elapsed, config), refresh=False)
             bar.update(n * config.steps_per_update)
-            if chunks % 10 == 0:
+            if chunks % 10 == 0 and distributed.is_primary():
                 plot_curves(log.rows, run_dir / "learning_curve.png", f"Combination {config.combination}")
     except KeyboardInterrupt:
         interrupted = True
@@ -254,10 +281,12 @@ def _progress_postfix(rows: list[dict], n: int, elapsed: float, config: PPOConfi
 
 
 def _print_outputs(config: PPOConfig, runner, interrupted: bool, ckpt, log: MetricsLog, run_dir: Path, t0: float):
-    """Plots the curve, closes the checkpointer and prints where everything the run wrote lies."""
-    plot = plot_curves(log.rows, run_dir / "learning_curve.png", f"Combination {config.combination}")
+    """Plots the curve, closes the checkpointer and prints where everything the run wrote lies (process 0)."""
     step = ckpt.latest_step()
     ckpt.close()
+    if not distributed.is_primary():
+        return
+    plot = plot_curves(log.rows, run_dir / "learning_curve.png", f"Combination {config.combination}")
     print(
         f"wall time {time.time() - t0:.1f} s; "
         f"updates {int(runner.update) if not interrupted else step}/{config.num_updates}"

@@ -31,10 +31,14 @@ def host_metrics(metrics: dict, i: int) -> dict:
 
 
 class MetricsLog:
-    """Append-only metrics.csv + metrics.jsonl; truncated to the restored update on resume."""
+    """Append-only metrics.csv + metrics.jsonl; truncated to the restored update on resume.
 
-    def __init__(self, run_dir: Path, upto_update: int):
+    With `write=False` (the processes other than 0 of a multi-process run) the rows are kept in memory only.
+    """
+
+    def __init__(self, run_dir: Path, upto_update: int, write: bool = True):
         self.csv_path, self.jsonl_path = run_dir / "metrics.csv", run_dir / "metrics.jsonl"
+        self.write = write
         self.rows: list[dict] = []
         if self.jsonl_path.exists():
             for line in self.jsonl_path.read_text().splitlines():
@@ -45,6 +49,8 @@ class MetricsLog:
         self._rewrite()
 
     def _rewrite(self):
+        if not self.write:
+            return
         with open(self.jsonl_path, "w") as f:
             f.writelines(json.dumps(row) + "\n" for row in self.rows)
         with open(self.csv_path, "w", newline="") as f:
@@ -56,6 +62,8 @@ class MetricsLog:
     def append(self, rows: list[dict]):
         new_file = not self.rows
         self.rows.extend(rows)
+        if not self.write:
+            return
         with open(self.jsonl_path, "a") as f:
             f.writelines(json.dumps(row) + "\n" for row in rows)
             f.flush()
