@@ -60,6 +60,7 @@ LAYER_OF_MODULE = {
     "test_notebook_outputs": "project",
     "test_cli_errors": "project",
     "test_extras": "project",
+    "test_roofline": "project",
 }
 
 
