@@ -61,6 +61,7 @@ LAYER_OF_MODULE = {
     "test_cli_errors": "project",
     "test_extras": "project",
     "test_gpu_suite": "project",
+    "test_roofline": "project",
 }
 
 
