@@ -36,7 +36,7 @@ from jaxarena.scenarios import SCENARIOS
 from jaxarena.types import BOT_TYPES
 
 from . import distributed
-from .config import PPOConfig
+from .config import PRESETS, PPOConfig
 from .train_metrics import MetricsLog, host_metrics, plot_curves
 
 YNN_FLAG = "--xla_cpu_experimental_ynn_fusion_type="
@@ -45,6 +45,12 @@ YNN_FLAG = "--xla_cpu_experimental_ynn_fusion_type="
 def parse_args(argv=None) -> argparse.Namespace:
     p = ArgumentParser(prog="jaxarena-train", description=__doc__.split("\n\n")[0])
     p.add_argument("--combination", choices=("A", "B"), default=None, help="A (default for a new run) or B")
+    p.add_argument(
+        "--preset",
+        choices=tuple(PRESETS),
+        default=None,
+        help="PPO recipe: default (the shipped one) or fast (docs/training.md); other options override it",
+    )
     p.add_argument("--total-steps", type=float, default=None, help="env steps (arena ticks), e.g. 2e7")
     p.add_argument("--out", required=True, help="run directory (config, checkpoints, metrics, plot)")
     p.add_argument("--env", dest="env_id", choices=ARENA_IDS, default=None, help="arena variant (default Arena-v0)")
@@ -71,7 +77,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def _config_from_args(args, base: PPOConfig | None) -> PPOConfig:
     cfg = base if base is not None else PPOConfig(combination=args.combination or "A")
-    changes = {}
+    changes = dict(PRESETS[args.preset]) if args.preset else {}
     if args.combination is not None:
         changes["combination"] = args.combination
     if args.total_steps is not None:

@@ -1,20 +1,24 @@
 """PPO training throughput, with a split of where the time goes.
 
-For one config (the PPOConfig defaults unless overridden) this measures, in
-the same process and at the same batch size:
+For the shipped recipe (the PPOConfig defaults) this measures, in the same
+process and at the same batch size:
 
   env_only      a rollout of `num_steps` ticks with random actions
   env_forward   the same rollout driven by the policy network (forward pass,
                 sampling, and the critic on final_obs), as PPO collects it
-  full_update   complete PPO updates: rollout + GAE + all epochs/minibatches
+  full_update   complete PPO updates: rollout + GAE + all epochs/minibatches,
+                once per `--presets` entry (default: the shipped recipe and the
+                fast one), timed in alternation so load hits each alike
 
 Each is compiled first (`.lower().compile()`, compile time reported
 separately), then timed with `block_until_ready`. Throughput is env steps/s
 (one 0.1 s tick of one whole 5-vs-1 arena); agent steps/s is x5. Prints one
-JSON line per measurement.
+JSON line per measurement, then a summary line (full-update env steps/s per
+preset and their ratio).
 
     python benchmarks/train_throughput.py                 # YNNPACK fusions off (default)
     python benchmarks/train_throughput.py --both-flags    # measure with and without, in subprocesses
+    python benchmarks/train_throughput.py --presets fast  # one recipe only
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ def parse():
     p.add_argument("--num-envs", type=int, default=None)
     p.add_argument("--num-steps", type=int, default=None)
     p.add_argument("--combination", default="A")
+    p.add_argument("--presets", nargs="+", default=["default", "fast"], help="PPOConfig presets for full_update")
     p.add_argument("--ynn", choices=("off", "on"), default="off", help="off adds " + YNN_FLAG)
     p.add_argument("--both-flags", action="store_true", help="run once with each --ynn setting")
     return p.parse_args()
@@ -53,52 +58,81 @@ def main():
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + YNN_FLAG).strip()
 
     import jax
-    import jax.numpy as jnp
 
-    import jaxarena
-    from jaxarena.algorithms import ActorCritic, PPOConfig, make_trainer
+    from jaxarena.algorithms import PPOConfig
 
-    cfg = PPOConfig(combination=args.combination)
-    cfg = cfg.replace(**{k: v for k, v in (("num_envs", args.num_envs), ("num_steps", args.num_steps)) if v})
-    n_envs, n_steps = cfg.num_envs, cfg.num_steps
+    sizes = {k: v for k, v in (("num_envs", args.num_envs), ("num_steps", args.num_steps)) if v}
+    cfg = PPOConfig(combination=args.combination, **sizes)
     common = {
-        "config": {
-            k: cfg.to_dict()[k] for k in ("num_envs", "num_steps", "update_epochs", "num_minibatches", "hidden")
-        },
         "ynn_fusions": args.ynn,
         "devices": f"{jax.device_count()}x{jax.devices()[0].platform}",
         "cpus": os.cpu_count(),
         "machine": platform.machine(),
+        "load_before": os.getloadavg()[0],
     }
+    timer = Timer(args.repeats, common)
+    measure_rollout(cfg, timer)
+    configs = {name: PPOConfig.preset(name, combination=args.combination, **sizes) for name in args.presets}
+    rates = measure_updates(configs, args.updates, timer)
+    summary = {f"full_update_env_steps_per_s_{name}": rate for name, rate in rates.items()}
+    if "default" in rates and "fast" in rates:
+        summary["fast_over_default"] = round(rates["fast"] / rates["default"], 3)
+    print(json.dumps({"summary": summary, "load_after": os.getloadavg()[0], **common}), flush=True)
 
-    def timed(fn, *a):
+
+class Timer:
+    """Compiles a program, then times its best of `repeats` calls and prints JSON lines."""
+
+    def __init__(self, repeats: int, common: dict):
+        self.repeats, self.common = repeats, common
+
+    def compile(self, fn, *a):
+        import jax
+
         t = time.perf_counter()
         compiled = jax.jit(fn).lower(*a).compile()
         compile_s = time.perf_counter() - t
         jax.block_until_ready(compiled(*a))  # warm-up
-        best = float("inf")
-        for _ in range(args.repeats):
-            t = time.perf_counter()
-            jax.block_until_ready(compiled(*a))
-            best = min(best, time.perf_counter() - t)
-        return compile_s, best
+        return compiled, compile_s
 
-    def report(name, compile_s, seconds, env_steps):
-        print(
-            json.dumps(
-                dict(
-                    measure=name,
-                    env_steps_per_s=round(env_steps / seconds),
-                    agent_steps_per_s=round(5 * env_steps / seconds),
-                    seconds=round(seconds, 4),
-                    env_steps=env_steps,
-                    compile_s=round(compile_s, 2),
-                    **common,
-                )
-            ),
-            flush=True,
+    @staticmethod
+    def once(compiled, *a) -> float:
+        import jax
+
+        t = time.perf_counter()
+        jax.block_until_ready(compiled(*a))
+        return time.perf_counter() - t
+
+    def best(self, fn, *a):
+        compiled, compile_s = self.compile(fn, *a)
+        return compile_s, min(self.once(compiled, *a) for _ in range(self.repeats))
+
+    def report(self, name, compile_s, seconds, env_steps, cfg, **extra):
+        keys = ("num_envs", "num_steps", "update_epochs", "num_minibatches", "hidden")
+        row = dict(
+            measure=name,
+            env_steps_per_s=round(env_steps / seconds),
+            agent_steps_per_s=round(5 * env_steps / seconds),
+            seconds=round(seconds, 4),
+            env_steps=env_steps,
+            compile_s=round(compile_s, 2),
+            config={k: cfg.to_dict()[k] for k in keys},
+            **extra,
+            **self.common,
         )
+        print(json.dumps(row), flush=True)
+        return row
 
+
+def measure_rollout(cfg, timer: Timer):
+    """env_only and env_forward at `cfg`'s batch size (the rollout half of an update)."""
+    import jax
+    import jax.numpy as jnp
+
+    import jaxarena
+    from jaxarena.algorithms import ActorCritic
+
+    n_envs, n_steps = cfg.num_envs, cfg.num_steps
     env, params = jaxarena.make("Arena-v0")
     bot_types = jnp.arange(n_envs) % 3
     v_step = jax.vmap(lambda k, s, a, bt: env.step(k, s, a, params.replace(bot_type=bt)))
@@ -134,16 +168,31 @@ def main():
         return jax.lax.scan(body, (obs, state, key, 0.0), None, n_steps)[0][3]
 
     key = jax.random.PRNGKey(2)
-    c, s = timed(env_only, state0, key)
-    report("env_only", c, s, n_envs * n_steps)
-    c, s = timed(env_forward, net_params, obs0, state0, key)
-    report("env_forward", c, s, n_envs * n_steps)
+    timer.report("env_only", *timer.best(env_only, state0, key), n_envs * n_steps, cfg)
+    timer.report("env_forward", *timer.best(env_forward, net_params, obs0, state0, key), n_envs * n_steps, cfg)
 
-    # 3. full PPO updates (the training program itself).
-    trainer = make_trainer(cfg)
-    rs = jax.jit(trainer.init)(jax.random.PRNGKey(0))
-    c, s = timed(lambda r: trainer.run_updates(r, args.updates), rs)
-    report("full_update", c, s, args.updates * cfg.steps_per_update)
+
+def measure_updates(configs: dict, updates: int, timer: Timer) -> dict[str, int]:
+    """full_update of each config (the training program itself), timed in alternation: best of repeats each."""
+    import jax
+
+    from jaxarena.algorithms import make_trainer
+
+    programs = {}
+    for name, cfg in configs.items():
+        trainer = make_trainer(cfg)
+        runner = jax.jit(trainer.init)(jax.random.PRNGKey(0))
+        programs[name] = (*timer.compile(lambda r, t=trainer: t.run_updates(r, updates), runner), runner)
+    best = {name: float("inf") for name in configs}
+    for _ in range(timer.repeats):  # round-robin: a load spike hits one round of every config
+        for name, (compiled, _c, runner) in programs.items():
+            best[name] = min(best[name], timer.once(compiled, runner))
+    rates = {}
+    for name, cfg in configs.items():
+        steps = updates * cfg.steps_per_update
+        row = timer.report("full_update", programs[name][1], best[name], steps, cfg, preset=name)
+        rates[name] = row["env_steps_per_s"]
+    return rates
 
 
 if __name__ == "__main__":

@@ -1,0 +1,96 @@
+"""The fast PPO recipe: a named preset beside the shipped defaults, trained, saved and resumed like them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import chex
+import jax
+import numpy as np
+import pytest
+
+from jaxarena.algorithms import PPOConfig, make_trainer
+from jaxarena.algorithms.checkpoint import read_config, resolve_path
+from jaxarena.algorithms.config import FAST_RECIPE, PRESETS
+from jaxarena.algorithms.train_loop import main
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY_SIZES = {"num_envs": 6, "num_steps": 8, "hidden": 8}
+
+
+def test_the_default_preset_is_the_shipped_recipe_and_fast_differs_only_where_named():
+    shipped = json.loads((resolve_path("A") / "config.json").read_text())
+    default = PPOConfig.preset("default")
+    assert default == PPOConfig()
+    for name in ("update_epochs", "num_minibatches", "lr", "num_envs", "num_steps", "hidden", "ent_coef"):
+        assert default.to_dict()[name] == shipped[name], name
+    fast = PPOConfig.fast()
+    changed = {k for k, v in fast.to_dict().items() if v != default.to_dict()[k]}
+    assert changed and changed <= set(FAST_RECIPE)
+    assert fast.update_epochs < default.update_epochs  # the point of it: fewer gradient samples per env step
+    assert PPOConfig.preset("fast", lr=1e-4).lr == 1e-4  # later changes override the preset
+    assert PPOConfig.from_dict(json.loads(fast.to_json())) == fast
+    with pytest.raises(ValueError, match="preset must be one of"):
+        PPOConfig.preset("fastest")
+    assert set(PRESETS["default"]) == set(FAST_RECIPE)
+
+
+def test_the_fast_preset_trains():
+    cfg = PPOConfig.fast(**TINY_SIZES, total_timesteps=6 * 8 * 4)
+    trainer = make_trainer(cfg, mesh=None)
+    rs0 = jax.jit(trainer.init)(jax.random.PRNGKey(0))
+    rs, metrics = jax.jit(trainer.run_updates, static_argnums=1)(rs0, 2)
+    chex.assert_shape(metrics["total_loss"], (2,))
+    assert np.all(np.isfinite(np.asarray(metrics["total_loss"])))
+    assert int(rs.update) == 2
+    moved = jax.tree.map(lambda a, b: float(np.max(np.abs(a - b))), rs.train_state.params, rs0.train_state.params)
+    assert max(jax.tree.leaves(moved)) > 0.0
+    # One epoch of fast's minibatches: that many Adam steps per update.
+    assert int(rs.train_state.step) == 2 * cfg.update_epochs * cfg.num_minibatches
+
+
+@pytest.mark.slow  # two tiny runs compiled in-process: over ~20 s on 2 shared cores
+def test_the_fast_preset_round_trips_through_the_cli_run_config_and_resume(tmp_path, capsys):
+    out = tmp_path / "run"
+    tiny = ["--num-envs", "6", "--num-steps", "8", "--hidden", "8", "--chunk", "2", "--no-progress", "--keep-xla-flags"]
+    assert main(["--preset", "fast", "--total-steps", str(6 * 8 * 2), "--out", str(out), *tiny]) == 0
+    saved = read_config(out)
+    assert saved == PPOConfig.fast(**TINY_SIZES, total_timesteps=6 * 8 * 2)
+    # Resumes with the preset named again, or with no preset (the run's config.json holds it).
+    assert main(["--preset", "fast", "--total-steps", str(6 * 8 * 3), "--out", str(out), *tiny]) == 0
+    assert main(["--total-steps", str(6 * 8 * 4), "--out", str(out), *tiny]) == 0
+    assert "resumed" in capsys.readouterr().out
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in rows] == [1, 2, 3, 4]
+    assert read_config(out).update_epochs == FAST_RECIPE["update_epochs"]
+    # The other preset would change the run's recipe: refused, in one line.
+    assert main(["--preset", "default", "--out", str(out), *tiny]) == 2
+    assert "cannot change" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # compiles both presets' update programs and an episode runner in a subprocess
+def test_time_to_policy_smoke_mode_reports_both_recipes(tmp_path):
+    script = ROOT / "benchmarks" / "time_to_policy.py"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--smoke", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    summary = lines[-1]["summary"]
+    assert {"default", "fast", "speedup", "seeds", "load_before", "load_after"} <= set(summary)
+    for preset in ("default", "fast"):
+        assert summary[preset]["time_to_policy_s"] > 0  # the smoke bars are 0: the first full check passes
+        assert summary[preset]["passed"] == "1/1"
+    assert summary["speedup"] > 0
+    points = lines[:-1]
+    assert {p["preset"] for p in points} == {"default", "fast"}
+    for p in points:
+        assert {"env_steps", "train_s", "eval_s", "win_balanced", "win_evasive", "kind", "load1"} <= set(p)
+        assert 0.0 <= p["win_balanced"] <= 1.0 and 0.0 <= p["win_evasive"] <= 1.0
+    assert len((tmp_path / "curve.jsonl").read_text().splitlines()) == len(points)
