@@ -72,13 +72,15 @@ def env_headline(lines: list[dict]) -> str:
 
 def train_headline(lines: list[dict]) -> str:
     rows = [r for r in lines if "measure" in r and "env_steps_per_s" in r]
-    return ", ".join(f"{r['measure']}: {_fmt_rate(r['env_steps_per_s'])} env-steps/s" for r in rows)
+    name = lambda r: r["measure"] + (f" ({r['preset']})" if "preset" in r else "")  # noqa: E731
+    return ", ".join(f"{name(r)}: {_fmt_rate(r['env_steps_per_s'])} env-steps/s" for r in rows)
 
 
 def ttp_headline(lines: list[dict]) -> str:
-    keys = ("time_to_policy_s", "speedup")
-    summary = next((r for r in reversed(lines) if any(k in r for k in keys)), {})
-    return ", ".join(f"{k}: {json.dumps(summary[k])}" for k in keys if k in summary)
+    summary = next((r["summary"] for r in reversed(lines) if isinstance(r.get("summary"), dict)), {})
+    presets = {k: v for k, v in summary.items() if isinstance(v, dict) and "time_to_policy_s" in v}
+    parts = [f"{name}: {v['time_to_policy_s']} s" for name, v in presets.items()]
+    return ", ".join(parts + [f"speedup {summary['speedup']}"] * ("speedup" in summary))
 
 
 def llm_headline(lines: list[dict]) -> str:
@@ -108,7 +110,7 @@ STEPS = (
         90,
         train_headline,
     ),
-    Step("time_to_policy", "time_to_policy.py", ["--max-minutes", "2"], ["--smoke"], 170, ttp_headline),
+    Step("time_to_policy", "time_to_policy.py", ["--max-minutes", "1.5"], ["--smoke"], 240, ttp_headline),
     Step(
         "llm_graph",
         "llm_throughput.py",
