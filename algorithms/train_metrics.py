@@ -33,14 +33,16 @@ def host_metrics(metrics: dict, i: int) -> dict:
 class MetricsLog:
     """Append-only metrics.csv + metrics.jsonl; truncated to the restored update on resume.
 
-    With `write=False` (the processes other than 0 of a multi-process run) the rows are kept in memory only.
+    With `write=False` (the processes other than 0 of a multi-process run) nothing is read or written;
+    the new rows are kept in memory only.
     """
 
     def __init__(self, run_dir: Path, upto_update: int, write: bool = True):
         self.csv_path, self.jsonl_path = run_dir / "metrics.csv", run_dir / "metrics.jsonl"
         self.write = write
         self.rows: list[dict] = []
-        if self.jsonl_path.exists():
+        # Only the writer reads the old rows: another process could read a line process 0 is rewriting.
+        if self.write and self.jsonl_path.exists():
             for line in self.jsonl_path.read_text().splitlines():
                 if line.strip():
                     row = json.loads(line)

@@ -214,13 +214,13 @@ def swapped(part: str):
             setattr(mod, name, original)
 
 
-def profile(n: int, steps: int, rounds: int) -> list[dict]:
+def profile(n: int, steps: int, rounds: int, bot: str = "balanced") -> list[dict]:
     """One line per part: the full step's time minus the step's time with the part swapped out."""
-    full = rollout_fn(n, steps)
+    full = rollout_fn(n, steps, bot)
     variants = {}
     for part in PARTS:
         with swapped(part):
-            fn = rollout_fn(n, steps)
+            fn = rollout_fn(n, steps, bot)
             jax.block_until_ready(fn(jax.random.key(0)))  # traced now, while the stand-in is in place
         variants[part] = fn
     jax.block_until_ready(full(jax.random.key(0)))
@@ -355,7 +355,7 @@ def main(argv=None) -> int:
         "bytes_per_step": round(cost["bytes_per_step"], 1),
     }
     if not args.no_profile:
-        parts = profile(args.n, args.steps, args.rounds)
+        parts = profile(args.n, args.steps, args.rounds, args.bot)
         summary["profile_share"] = {line["part"]: line["share"] for line in parts}
     if args.baseline_ref:
         summary |= compare(args.baseline_ref, args.n, args.steps, args.rounds, args.bot)

@@ -41,8 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="race the candidates: stop playing one once it is shown worse than the best so far (docs/coder.md)",
     )
-    p.add_argument("--race-alpha", type=float, default=0.05, help="with --race: chance of dropping a better one")
-    p.add_argument("--race-first", type=int, default=30, help="with --race: episodes per bot of the first look")
+    p.add_argument("--race-alpha", type=float, default=None, help="with --race: chance of dropping a better one (0.05)")
+    p.add_argument("--race-first", type=int, default=None, help="with --race: episodes per bot of the first look (30)")
     p.add_argument("--max-tokens", type=int, default=768, help="new tokens per LLM reply (default 768)")
     p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (default 0.7)")
     p.add_argument("--timeout-s", type=float, default=600.0, help="per-request limit for Ollama (default 600)")
@@ -66,7 +66,13 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_experimental_ynn_fusion_type=").strip()
 
     from .loop import Loop
-    from .loop_config import LoopConfig, run_name
+    from .loop_config import LoopConfig, LoopError, run_name
+
+    given = [
+        flag for flag, v in (("--race-alpha", args.race_alpha), ("--race-first", args.race_first)) if v is not None
+    ]
+    if given and not args.race:
+        raise LoopError(f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} only for --race")
 
     # A LoopError (bad settings, an LLM that cannot answer) is the one error line of `cli_main`.
     config = LoopConfig(
@@ -85,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         timeout_s=args.timeout_s,
         gif_bot=args.gif_bot,
         race=args.race,
-        race_alpha=args.race_alpha,
-        race_first=args.race_first,
+        race_alpha=0.05 if args.race_alpha is None else args.race_alpha,
+        race_first=30 if args.race_first is None else args.race_first,
     )
     run_dir = Path(args.out) / (args.run or run_name(config))
     loop = Loop(config, run_dir, progress=None if args.no_progress else lambda line: print(line, flush=True))

@@ -15,7 +15,10 @@ Hoeffding's, most of all near 0 and 1), on the episodes pooled over the bots and
 (`reward_bounds`). They hold
 simultaneously with probability >= 1 - alpha over every candidate, side and look (Bonferroni:
 each bound at alpha / (2 x looks x candidates)), so repeated looks do not inflate the error:
-with probability >= 1 - alpha no candidate better than the incumbent is ever dropped.
+with probability >= 1 - alpha no candidate better than the incumbent is ever dropped. The
+guarantee is for an incumbent fixed in advance: the coder loop's incumbent is the best of the
+earlier rounds' candidates, scored on the same episodes, so there its lower bound is optimistic by
+the selection (the loop still gives every candidate that stays in the race its full score).
 
 Episodes are the scorer's (`batch_rollout`): episode e against bot b has the same key as in
 full scoring, so a candidate raced to n episodes has played exactly full scoring's first n, and
@@ -75,7 +78,8 @@ class RaceConfig:
         """Episodes per bot played by each look's end (growing; the last is `episodes_per_bot`)."""
         out, n = [], float(self.first)
         while round(n) < episodes_per_bot:
-            out.append(round(n))
+            if not out or round(n) > out[-1]:  # a slow growth rounds to the same look twice: skip it
+                out.append(round(n))
             n *= self.growth
         return (*out, episodes_per_bot)
 
@@ -171,7 +175,7 @@ class _Batch:
     def play(self, racing: set[int], bots: list[int], start: int, stop: int, store: dict) -> None:
         """Plays episodes [start, stop) against every bot for the members still racing; results into `store`."""
         live = [c for c in self.members if c in racing and c not in self.failed]
-        if not live:
+        if not live or start >= stop:
             return
         if self.singles is not None:
             for single in self.singles:
@@ -255,8 +259,13 @@ def race_policies(
         for c in racing:
             played[c] = stop
         start = stop
-        failed = {c for batch in batches for c in batch.failed}
-        rows = sorted(racing) + sorted(set(played) - racing - failed)  # a failed program sets no bar
+        # An invalid action fixes a candidate's reward at -0.5 whatever it wins: it stops racing, and
+        # neither it nor a failed program sets the bar.
+        failed = {c for batch in batches for c in batch.failed} | {
+            c for c in played if any(store[c]["invalid"][b][: played[c]].any() for b in bots)
+        }
+        racing -= failed
+        rows = sorted(racing) + sorted(set(played) - racing - failed)
         if not racing:
             break
         wins = np.asarray([[np.sum(store[c]["outcome"][b][: played[c]] == NPC_WIN) for b in bots] for c in rows])

@@ -6,6 +6,8 @@ Tiny sizes: two bots whose episodes are short against a rush squad, 20 then 60 e
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 
 import pytest
 
@@ -71,3 +73,14 @@ def test_the_cli_takes_the_race_options():
     assert build_parser().parse_args([]).race is False
     with pytest.raises(LoopError, match="alpha"):
         LoopConfig(race=True, race_alpha=2.0)
+
+
+def test_race_options_without_race_are_refused_in_one_line():
+    done = subprocess.run(
+        [sys.executable, "-m", "jaxarena.coder.cli", "--llm", "embedded", "--race-first", "10"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines()[-1].endswith("--race-first is only for --race"), done.stderr

@@ -110,6 +110,13 @@ def test_looks_grow_to_the_full_budget():
     assert RaceConfig(first=500).looks(100) == (100,)
 
 
+def test_a_slow_growth_never_repeats_a_look():
+    """A look equal to the last would play no episodes (and cost a correction term for nothing)."""
+    looks = RaceConfig(first=1, growth=1.2).looks(10)
+    assert looks[0] == 1 and looks[-1] == 10
+    assert all(a < b for a, b in zip(looks[:-1], looks[1:], strict=True)), looks
+
+
 @pytest.mark.parametrize(
     "kwargs, message", [({"first": 0}, "first"), ({"growth": 1.0}, "growth"), ({"alpha": 1.0}, "alpha")]
 )
