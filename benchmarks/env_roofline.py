@@ -45,7 +45,7 @@ import jax.numpy as jnp
 import jaxarena
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from env_throughput import random_actions  # noqa: E402
+from env_throughput import reset_and_roll  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -56,21 +56,7 @@ def make_arena(bot: str = "balanced"):
 
 def rollout_fn(n: int, steps: int, bot: str = "balanced"):
     """Jitted key -> checksum: `steps` ticks of `n` auto-resetting arenas, as `smax_ratio.py` runs them."""
-    env, params = make_arena(bot)
-    step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
-
-    def run(key):
-        keys = jax.random.split(key, n)
-        _, state = jax.vmap(env.reset, in_axes=(0, None))(keys, params)
-
-        def body(state, t):
-            obs, state, reward, done, info = step(keys, state, random_actions(t, n), params)
-            # Consume what a learner reads, so XLA cannot drop it.
-            return state, jnp.sum(obs) + jnp.sum(info["final_obs"]) + jnp.sum(reward) + jnp.sum(done)
-
-        return jax.lax.scan(body, state, jnp.arange(steps))[1]
-
-    return jax.jit(run)
+    return reset_and_roll(*make_arena(bot), n, steps)
 
 
 def step_cost(n: int, bot: str = "balanced") -> dict:

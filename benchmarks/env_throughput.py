@@ -41,6 +41,28 @@ def random_actions(counter: jax.Array, n_envs: int) -> jax.Array:
     return uniform_actions(counter, n_envs * n_npcs, jaxarena.NUM_ACTIONS).reshape(n_envs, n_npcs)
 
 
+def reset_and_roll(env, params, n: int, steps: int):
+    """Jitted key -> per-tick checksums: `n` arenas reset from `key`, then `steps` auto-resetting ticks.
+
+    The harness `smax_ratio.py` runs for both envs and `env_roofline.py` costs; the reset is inside
+    the program, so it runs any env with gymnax's reset/step signature.
+    """
+    step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+
+    def run(key):
+        keys = jax.random.split(key, n)
+        _, state = jax.vmap(env.reset, in_axes=(0, None))(keys, params)
+
+        def body(state, t):
+            obs, state, reward, done, info = step(keys, state, random_actions(t, n), params)
+            # Consume what a learner reads, so XLA cannot drop it.
+            return state, jnp.sum(obs) + jnp.sum(info["final_obs"]) + jnp.sum(reward) + jnp.sum(done)
+
+        return jax.lax.scan(body, state, jnp.arange(steps))[1]
+
+    return jax.jit(run)
+
+
 def make_rollout(env, params, n_envs: int, n_steps: int):
     step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
 

@@ -36,25 +36,12 @@ import jax.numpy as jnp
 import jaxarena
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from env_throughput import random_actions, uniform_actions  # noqa: E402
+from env_throughput import reset_and_roll, uniform_actions  # noqa: E402
 
 
 def arena_rollout(n: int, steps: int):
     env, params = jaxarena.make("Arena-v0", bot="balanced")
-    step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
-
-    def run(key):
-        keys = jax.random.split(key, n)
-        _, state = jax.vmap(env.reset, in_axes=(0, None))(keys, params)
-
-        def body(state, t):
-            obs, state, reward, done, info = step(keys, state, random_actions(t, n), params)
-            # Consume what a learner reads, so XLA cannot drop it.
-            return state, jnp.sum(obs) + jnp.sum(info["final_obs"]) + jnp.sum(reward) + jnp.sum(done)
-
-        return jax.lax.scan(body, state, jnp.arange(steps))[1]
-
-    return jax.jit(run), float(params.dt)
+    return reset_and_roll(env, params, n, steps), float(params.dt)
 
 
 def smax_rollout(n: int, steps: int, map_name: str):
