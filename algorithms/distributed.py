@@ -141,6 +141,16 @@ def barrier(name: str) -> None:
         multihost_utils.sync_global_devices(name)
 
 
+def local_cpu_env(xla_flags: str = "") -> dict:
+    """This process's environment for CPU children, without any cluster the machine advertises.
+
+    SLURM, Open MPI or coordinator variables would make `jax.distributed` join that cluster
+    instead of the localhost one `launch_local` sets up.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "JAX_COORDINATOR"))}
+    return dict(env, JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags)
+
+
 def launch_local(argv: list[str], num_processes: int, log_dir: Path, env: dict | None = None, timeout_s: float = 600):
     """Run `jaxarena-train --distributed ARGV` as `num_processes` processes on this host; wait for them all.
 

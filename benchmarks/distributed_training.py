@@ -37,22 +37,21 @@ def parse():
     return p.parse_args()
 
 
-def _env(xla_flags: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "JAX_COORDINATOR"))}
-    return dict(env, JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags)
-
-
 def _run(layout: str, argv: list[str], out: Path) -> tuple[float, str]:
     """Wall seconds and process 0's stdout of one run in `layout` ("2 processes" or "1 process")."""
-    from jaxarena.algorithms.distributed import launch_local
+    from jaxarena.algorithms.distributed import launch_local, local_cpu_env
 
     t0 = time.time()
     if layout == "2 processes":
-        results = launch_local([*argv, "--out", str(out)], 2, out.with_suffix(".logs"), env=_env(""))
+        results = launch_local([*argv, "--out", str(out)], 2, out.with_suffix(".logs"), env=local_cpu_env())
     else:
         cmd = [sys.executable, "-m", "jaxarena.algorithms.train_loop", *argv, "--out", str(out)]
         proc = subprocess.run(
-            cmd, env=_env("--xla_force_host_platform_device_count=2"), capture_output=True, text=True, check=False
+            cmd,
+            env=local_cpu_env("--xla_force_host_platform_device_count=2"),
+            capture_output=True,
+            text=True,
+            check=False,
         )
         results = [(proc.returncode, proc.stdout, proc.stderr)]
     wall = time.time() - t0

@@ -61,10 +61,15 @@ ACTION_USAGE = Accumulator(
 )
 
 
+def episode_key(root: jax.Array, bot, episode) -> jax.Array:
+    """Episode `episode` against `bot`'s key under the scorer's root key: one rule for every scoring path."""
+    return jax.random.fold_in(jax.random.fold_in(root, bot), episode)
+
+
 def episode_keys(seed: int, bot: int, episodes: int) -> jax.Array:
     """The key of each episode against `bot`: the same for every candidate (paired episodes)."""
-    base = jax.random.fold_in(jax.random.key(seed), bot)
-    return jax.vmap(lambda e: jax.random.fold_in(base, e))(jnp.arange(episodes))
+    root = jax.random.key(seed)
+    return jax.vmap(lambda e: episode_key(root, bot, e))(jnp.arange(episodes))
 
 
 def _switch_policy(policies: Sequence):
@@ -113,7 +118,7 @@ def make_job_runner(policies: Sequence, config: ScoreConfig):
     base = jax.random.key(config.seed)
 
     def run_jobs(job_cand, job_bot, job_episode, n_jobs):
-        job_key = jax.vmap(lambda b, e: jax.random.fold_in(jax.random.fold_in(base, b), e))(job_bot, job_episode)
+        job_key = jax.vmap(lambda b, e: episode_key(base, b, e))(job_bot, job_episode)
         # Every job's first state, once: cheaper than resetting every lane at every chunk.
         job_start = lane_reset(job_key, params.replace(bot_type=job_bot))
         carry0 = _initial_carry(lanes, capacity, template)
@@ -137,13 +142,13 @@ def make_job_runner(policies: Sequence, config: ScoreConfig):
 
 
 # Evasive first: its episodes run longest (often to the 120 s timeout).
-_LONG_FIRST = (1, 2, 0)
+LONGEST_FIRST = (1, 2, 0)
 
 
 def _job_queue(k: int, bots: list[int], e: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each job's (J,) candidate, bot and episode, candidate-minor; the longest opponents first."""
     # Longest opponents first (evasive, balanced, aggressive by default) so the queue's tail is short.
-    order = sorted(range(len(bots)), key=lambda i: _LONG_FIRST.index(bots[i]))
+    order = sorted(range(len(bots)), key=lambda i: LONGEST_FIRST.index(bots[i]))
     cand = np.tile(np.arange(k, dtype=np.int32), len(bots) * e)
     bot_of_job = np.repeat(np.asarray([bots[i] for i in order], np.int32), e * k)
     episode = np.tile(np.repeat(np.arange(e, dtype=np.int32), k), len(bots))

@@ -36,13 +36,11 @@ import numpy as np
 
 from jaxarena.names import NPC_WIN, bot_index
 
-from .batch_rollout import make_job_runner
+from .batch_rollout import LONGEST_FIRST, make_job_runner
 from .score_stats import summarize
 from .score_types import Score, ScoreConfig, error_score
 
 _FIELDS = ("outcome", "t", "damage_dealt", "damage_taken", "counts", "invalid")
-# Evasive first, as in full scoring: its episodes run longest, so the call's tail is short.
-_LONG_FIRST = (1, 2, 0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,7 +181,7 @@ class _Batch:
                 self.failed.update(single.failed)
             return
         local = {c: i for i, c in enumerate(self.members)}
-        order = sorted(bots, key=_LONG_FIRST.index)
+        order = sorted(bots, key=LONGEST_FIRST.index)
         jobs = np.asarray([(local[c], b, e) for b in order for e in range(start, stop) for c in live], np.int32)
         try:
             if self.runner is None:

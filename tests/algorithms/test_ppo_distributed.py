@@ -9,7 +9,6 @@ two devices, partitioned the same way, so the two must train alike.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from jaxarena.algorithms.distributed import launch_local
+from jaxarena.algorithms.distributed import launch_local, local_cpu_env
 from jaxarena.algorithms.train_loop import main
 
 # 4 envs (2 per device), 8 ticks, one epoch of 2 minibatches: the smallest run that still
@@ -32,15 +31,9 @@ TINY = [*TINY.split(), "--no-progress", "--set", "update_epochs=1", "num_minibat
 TIMEOUT_S = 420
 
 
-def _env(xla_flags: str = "") -> dict:
-    """This environment on the CPU, without any cluster a test machine might advertise."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "JAX_COORDINATOR"))}
-    return dict(env, JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags)
-
-
 def _launch(argv: list[str], n: int, logs: Path) -> list[tuple[int, str, str]]:
     """(exit status, stdout, stderr) of each of `n` processes of `jaxarena-train --distributed ARGV`."""
-    return launch_local(argv, n, logs, env=_env(), timeout_s=TIMEOUT_S)
+    return launch_local(argv, n, logs, env=local_cpu_env(), timeout_s=TIMEOUT_S)
 
 
 def _state(run_dir: Path, step: int) -> dict:
@@ -83,7 +76,7 @@ def test_two_processes_train_like_two_devices_in_one(two_process_run, tmp_path):
     ref = tmp_path / "ref"
     proc = subprocess.run(
         [sys.executable, "-m", "jaxarena.algorithms.train_loop", *TINY, "--out", str(ref)],
-        env=_env("--xla_force_host_platform_device_count=2"),
+        env=local_cpu_env("--xla_force_host_platform_device_count=2"),
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,
@@ -145,7 +138,7 @@ def test_a_bad_distributed_command_is_one_line_before_anything_starts(tmp_path, 
 def test_distributed_without_a_coordinator_says_where_it_comes_from(tmp_path):
     # In a fresh process: jax.distributed.initialize must come before JAX's backends, which this one has built.
     cmd = [sys.executable, "-m", "jaxarena.algorithms.train_loop", "--distributed", "--out", str(tmp_path)]
-    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(cmd, env=local_cpu_env(), capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2, proc.stderr[-3000:]
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("jaxarena-train: error: --distributed: coordinator_address should be defined")
