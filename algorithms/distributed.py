@@ -19,6 +19,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +45,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--num-processes", type=int, default=None, help="processes in the run (default: the cluster's)")
     g.add_argument("--process-id", type=int, default=None, help="this process, 0..N-1 (default: the cluster's)")
+    g.add_argument(
+        "--coordinator-timeout",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="seconds to wait for the coordinator and for every process to join (default 300)",
+    )
 
 
 def check_arguments(args: argparse.Namespace) -> None:
@@ -59,6 +67,31 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise UserError(f"--process-id {i} is out of range: it must be {bound}")
     if address is not None and not address.rpartition(":")[2].isdigit():
         raise UserError(f"--coordinator-address {address!r} must be HOST:PORT, e.g. node0:1234")
+    if args.coordinator_timeout <= 0:
+        raise UserError(f"--coordinator-timeout must be positive, got {args.coordinator_timeout}")
+
+
+def wait_for_coordinator(address: str, timeout_s: float) -> None:
+    """Return once `address` (HOST:PORT) accepts a TCP connection; a UserError after `timeout_s`.
+
+    JAX's own wait for an absent coordinator ends by aborting the process with a
+    stack trace, so a process other than 0 checks first and says what to do.
+    """
+    host, _, port = address.rpartition(":")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
+                return
+        except OSError as exc:
+            if time.monotonic() >= deadline:
+                raise UserError(
+                    f"--distributed: no coordinator answered at {address} within {timeout_s:g} s "
+                    f"({exc.strerror or exc}). "
+                    "Start process 0 (it serves that address), check the host and port, or raise "
+                    "--coordinator-timeout"
+                ) from None
+            time.sleep(0.2)
 
 
 def initialize(args: argparse.Namespace) -> None:
@@ -70,11 +103,15 @@ def initialize(args: argparse.Namespace) -> None:
     # choice (JAX_CPU_COLLECTIVES_IMPLEMENTATION=mpi) is kept. GPUs use NCCL whatever this says.
     if not os.environ.get("JAX_CPU_COLLECTIVES_IMPLEMENTATION"):
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    address = args.coordinator_address or os.environ.get("JAX_COORDINATOR_ADDRESS")
+    if address and args.process_id not in (None, 0):
+        wait_for_coordinator(address, args.coordinator_timeout)
     try:
         jax.distributed.initialize(
             coordinator_address=args.coordinator_address,
             num_processes=args.num_processes,
             process_id=args.process_id,
+            initialization_timeout=max(1, int(args.coordinator_timeout)),
         )
     except ValueError as exc:  # jax's words name its own arguments; say which flag supplies each
         if not any(name in str(exc) for name in ("coordinator_address", "Number of processes", "process id")):

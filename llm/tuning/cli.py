@@ -4,8 +4,10 @@
     jaxarena-tune-llm train --method sft --data runs/raid-data --out runs/raid-sft
     jaxarena-tune-llm train --method dpo --data runs/raid-data --out runs/raid-dpo
     jaxarena-tune-llm train --method grpo --data runs/raid-data --out runs/raid-grpo   # plays; data for eval
+    jaxarena-tune-llm evaluate --adapter runs/raid-sft/adapter --out runs/raid-study
+    jaxarena-tune-llm history-bound --out runs/raid-history-bound   # what a richer prompt could win
 
-Both commands resume: run the same command again after an interruption.
+`data` and `train` resume: run the same command again after an interruption.
 Errors are one line with what to do; `--debug` shows the traceback.
 """
 
@@ -126,6 +128,22 @@ def _evaluate(args) -> None:
     print(f"written to {out}/study.json and study.md")
 
 
+def _history_bound(args) -> None:
+    from .history_bound import markdown, run_history_bound
+
+    result = run_history_bound(
+        scenario=args.scenario,
+        policy_spec=args.policy,
+        out=args.out,
+        episodes=args.episodes,
+        search_episodes=args.search_episodes,
+        seed=args.seed,
+        bots=tuple(args.bots),
+    )
+    print(markdown(result))
+    print(f"written to {args.out}/history_bound.json and history_bound.md")
+
+
 def parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="jaxarena-tune-llm", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -185,6 +203,20 @@ def parser() -> argparse.ArgumentParser:
     )
     e.add_argument("--out", required=True, help="directory for study.json and study.md")
     e.set_defaults(fn=_evaluate)
+
+    h = sub.add_parser(
+        "history-bound",
+        help="what a prompt with the bot's movement could win: a tag table over distance and approach, searched "
+        "on training episodes and played on held-out ones",
+    )
+    h.add_argument("--scenario", default="raid")
+    h.add_argument("--policy", default="B-obey-raid")
+    h.add_argument("--bots", nargs="+", default=list(BOT_TYPES), choices=BOT_TYPES)
+    h.add_argument("--episodes", type=int, default=100, help="held-out paired episodes per bot (the protocol's keys)")
+    h.add_argument("--search-episodes", type=int, default=200, help="training episodes per bot (seed + 1's keys)")
+    h.add_argument("--seed", type=int, default=0, help="the protocol's seed of the held-out episodes")
+    h.add_argument("--out", required=True, help="directory for history_bound.json and history_bound.md")
+    h.set_defaults(fn=_history_bound)
     return p
 
 

@@ -214,8 +214,9 @@ def train(
         step, (adapter, opt_state), history = resumed
         progress(f"resuming {out} at step {step}")
     else:
-        stock = choice_metrics(model.probs(eval_data.features[held], model.zero_adapter()), eval_data.win[held])
-        history.append(_record(0, {}, stock))
+        # Step 0 is where the run starts: the stock model, or the adapter of --init-from.
+        start = choice_metrics(model.probs(eval_data.features[held], adapter), eval_data.win[held])
+        history.append(_record(0, {}, start))
     t0, since = time.perf_counter(), []
     while step < config.steps:
         adapter, opt_state, stats = step_fn(adapter, opt_state, step)

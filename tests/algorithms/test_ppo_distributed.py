@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -127,6 +128,7 @@ def test_a_bad_distributed_command_is_one_line_before_anything_starts(tmp_path, 
         (["--process-id", "0"], "--process-id needs --distributed"),
         (["--distributed", "--coordinator-address", "node0"], "must be HOST:PORT"),
         (["--distributed", "--num-processes", "0"], "--num-processes must be at least 1"),
+        (["--distributed", "--coordinator-timeout", "0"], "--coordinator-timeout must be positive"),
     ]  # fmt: skip
     for argv, words in cases:
         assert main([*argv, *out, "--keep-xla-flags"]) == 2
@@ -143,6 +145,22 @@ def test_distributed_without_a_coordinator_says_where_it_comes_from(tmp_path):
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("jaxarena-train: error: --distributed: coordinator_address should be defined")
     assert "--coordinator-address HOST:PORT" in line and "SLURM" in line
+
+
+def test_a_process_whose_coordinator_never_answers_stops_with_one_line(tmp_path):
+    # Nothing listens on the port: without the check, JAX aborts the process with a stack trace.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cmd = [sys.executable, "-m", "jaxarena.algorithms.train_loop", "--distributed", "--out", str(tmp_path),
+           "--coordinator-address", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", "1",
+           "--coordinator-timeout", "2"]  # fmt: skip
+    proc = subprocess.run(cmd, env=local_cpu_env(), capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    (line,) = proc.stderr.strip().splitlines()
+    expected = f"jaxarena-train: error: --distributed: no coordinator answered at 127.0.0.1:{port} within 2 s"
+    assert line.startswith(expected), line
+    assert "Start process 0" in line
 
 
 def test_two_processes_see_both_devices_and_refuse_envs_that_do_not_split(tmp_path):

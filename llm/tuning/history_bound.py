@@ -1,0 +1,240 @@
+"""What a richer prompt could carry: a reader of the bot's movement, searched on training episodes and played.
+
+Table 10's prompt holds five numbers taken at one instant. A richer prompt
+could add what a player sees between two decision points: how far the
+nearest NPC is and whether the bot closed in, held or ran since the point
+before (`history.DecisionHistory`, the deduction prompt's features). Before an
+LLM is taught to read such a prompt, this asks whether reading it can win.
+
+A *history table* maps each decision's cell to a tag. The cells are the first
+decision (nothing seen yet) and, after it, the nearest NPC's distance bin x
+the bot's approach bin (`deduction`'s bins): 10 cells, so 4^10 tables.
+
+- `search` improves a table by coordinate ascent on the squad's win rate
+  summed over the bots, on training episodes (the protocol's keys of another
+  seed). A change is kept only if the sum rises by `min_gain` and no bot loses
+  more than `max_loss`: the gain a chooser must not buy by giving up a bot.
+- `play` plays a table on the protocol's paired keys (held out), beside
+  always-Aggressive (what the stock LLM answers on `raid`), and the same
+  table with its first decision set to each tag in turn: what the blind first
+  decision is worth.
+
+Pure JAX inside the rollout; the search itself is a host loop over tables,
+each table a traced argument of one compiled rollout.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxarena.files import write_atomic
+from jaxarena.names import BOT_TYPES, NPC_WIN, NUM_TAGS, TAG_NAMES
+from jaxarena.tag_sources import TagSource
+
+from ..deduction import APPROACH_EDGES, APPROACH_WORDS, DISTANCE_EDGES
+from ..history import APPROACH, HISTORY_LEN, NEAREST, NUM_POINT_FEATURES, DecisionHistory, push
+
+NUM_DISTANCE_BINS = len(DISTANCE_EDGES) + 1
+NUM_APPROACH_BINS = len(APPROACH_EDGES) + 1
+#: The first decision's cell: no movement has been seen yet.
+FIRST = NUM_DISTANCE_BINS * NUM_APPROACH_BINS
+NUM_CELLS = FIRST + 1
+AGGRESSIVE = TAG_NAMES.index("Aggressive")
+
+
+def cell_names() -> list[str]:
+    """A readable name per cell, e.g. "nearest >= 10 u, the bot moved away from the squad"."""
+    edges = ["< 4 u", "4-10 u", ">= 10 u"]
+    names = [f"nearest {d}, {w}" for d in edges for w in APPROACH_WORDS]
+    return [*names, "first decision"]
+
+
+def decision_cell(history: DecisionHistory) -> jax.Array:
+    """() int32: the cell of one arena's latest decision point (`push`ed already)."""
+    point = history.points[-1]
+    distance = jnp.searchsorted(jnp.asarray(DISTANCE_EDGES, jnp.float32), point[NEAREST], side="right")
+    approach = jnp.searchsorted(jnp.asarray(APPROACH_EDGES, jnp.float32), point[APPROACH], side="right")
+    # Only one point seen: the approach is undefined (0), so the cell is the first decision's.
+    return jnp.where(history.valid[-2], distance * NUM_APPROACH_BINS + approach, FIRST).astype(jnp.int32)
+
+
+def _empty_histories(num_episodes: int) -> DecisionHistory:
+    # `push` only reads bot_pos and centroid once a point is valid, so zeros are a blank history.
+    return DecisionHistory(
+        points=jnp.zeros((num_episodes, HISTORY_LEN, NUM_POINT_FEATURES), jnp.float32),
+        valid=jnp.zeros((num_episodes, HISTORY_LEN), bool),
+        bot_pos=jnp.zeros((num_episodes, 2), jnp.float32),
+        centroid=jnp.zeros((num_episodes, 2), jnp.float32),
+    )
+
+
+def table_source() -> TagSource:
+    """A tag source whose carry is (table (NUM_CELLS,) int32, the batch's histories).
+
+    Give the table as `run(..., tag_state=initial_carry(table, N))`: it is a
+    traced argument, so every table runs in the same compiled rollout.
+    """
+
+    def step(carry, features, prev_tags, done, time_s, key, state=None, params=None):
+        table, histories = carry
+        histories = jax.vmap(push, in_axes=(0, 0, None))(histories, state, params)
+        tags = table[jax.vmap(decision_cell)(histories)]
+        return tags, None, (table, histories)
+
+    return TagSource(step, lambda n: initial_carry(np.full(NUM_CELLS, AGGRESSIVE), n), reads_state=True)
+
+
+def initial_carry(table: Sequence[int], num_episodes: int):
+    table = np.asarray(table, np.int32)
+    if table.shape != (NUM_CELLS,) or table.min() < 0 or table.max() >= NUM_TAGS:
+        raise ValueError(f"a history table has {NUM_CELLS} tags in 0..{NUM_TAGS - 1}, got {table.tolist()}")
+    return jnp.asarray(table), _empty_histories(num_episodes)
+
+
+def make_player(scenario: str, policy_spec: str, episodes: int, bots: Sequence[str] = BOT_TYPES):
+    """`play(table, seed) -> {bot: wins (episodes,) float64}` on the protocol's keys of `seed`."""
+    import jaxarena
+    from jaxarena.algorithms.checkpoint import load_policy
+    from jaxarena.protocol.config import cell_key_data
+    from jaxarena.protocol.policies import policy_env_id
+    from jaxarena.runner import make_runner
+
+    policy, policy_params = load_policy(policy_spec)
+    env_id = policy_env_id(policy)
+    env, params0 = jaxarena.make(env_id, bot=bots[0], scenario=scenario)
+    run = make_runner(env, params0, policy, table_source(), episodes)
+    bot_params = {bot: jaxarena.make(env_id, bot=bot, scenario=scenario)[1] for bot in bots}
+
+    def play(table, seed: int) -> dict[str, np.ndarray]:
+        wins = {}
+        for bot, params in bot_params.items():
+            key = jnp.asarray(cell_key_data(seed, bot))
+            result = run(policy_params, params, key, tag_state=initial_carry(table, episodes))
+            wins[bot] = np.asarray(result.outcome == NPC_WIN, np.float64)
+        return wins
+
+    return play
+
+
+def search(
+    play: Callable[[Sequence[int], int], dict],
+    *,
+    seed: int,
+    sweeps: int = 2,
+    min_gain: float = 0.015,
+    max_loss: float = 0.03,
+    progress=print,
+) -> tuple[list[int], dict[str, float]]:
+    """Coordinate ascent from always-Aggressive on `play`'s episodes of `seed`; returns (table, win rate per bot)."""
+    table = [AGGRESSIVE] * NUM_CELLS
+    best = {bot: float(w.mean()) for bot, w in play(table, seed).items()}
+    progress(f"start (always Aggressive): {_rates(best)}")
+    for sweep in range(sweeps):
+        changed = False
+        for cell in range(NUM_CELLS):
+            for tag in range(NUM_TAGS):
+                if tag == table[cell]:
+                    continue
+                trial = table[:cell] + [tag] + table[cell + 1 :]
+                rates = {bot: float(w.mean()) for bot, w in play(trial, seed).items()}
+                gain = sum(rates.values()) - sum(best.values())
+                worst = min(rates[bot] - best[bot] for bot in best)
+                if gain >= min_gain and worst >= -max_loss:
+                    table, best, changed = trial, rates, True
+                    progress(f"sweep {sweep}: {cell_names()[cell]} -> {TAG_NAMES[tag]}: {_rates(best)}")
+        if not changed:
+            break
+    return table, best
+
+
+def _rates(rates: dict) -> str:
+    return "  ".join(f"{bot} {100 * r:.1f}%" for bot, r in rates.items())
+
+
+def held_out_report(play, table: Sequence[int], *, seed: int, n_boot: int = 10_000) -> dict:
+    """`table`, always-Aggressive, and `table` with each first-decision tag, on the held-out keys of `seed`."""
+    from jaxarena.protocol.stats import bootstrap_rate_ci, paired_bootstrap_diff
+
+    rows = {"always Aggressive": [AGGRESSIVE] * NUM_CELLS, "searched table": list(table)}
+    for tag in range(NUM_TAGS):
+        rows[f"searched table, first decision {TAG_NAMES[tag]}"] = [*table[:FIRST], tag]
+    wins = {name: play(row, seed) for name, row in rows.items()}
+    base = wins["always Aggressive"]
+    report = {}
+    for name, row in rows.items():
+        report[name] = {"table": list(map(int, row)), "bots": {}}
+        for bot, w in wins[name].items():
+            diff = paired_bootstrap_diff(w, base[bot], n_boot=n_boot, seed=seed)
+            ci = bootstrap_rate_ci(np.where(w > 0, NPC_WIN, -1), NPC_WIN, n_boot=n_boot, seed=seed)
+            report[name]["bots"][bot] = {
+                "win_pct": 100 * float(w.mean()),
+                "win_ci": list(ci),
+                "minus_always_aggressive": [100 * x for x in diff],
+            }
+    return report
+
+
+def markdown(result: dict) -> str:
+    names = cell_names()
+    table = result["table"]
+    lines = [
+        f"Scenario `{result['scenario']}`, squad `{result['policy']}`. Table searched on {result['search_episodes']} "
+        f"episodes per bot of seed {result['search_seed']}; played on {result['episodes']} held-out paired episodes "
+        f"per bot of seed {result['seed']}.",
+        "",
+        "Searched table (cells that differ from Aggressive): "
+        + (", ".join(f"{names[c]} -> {TAG_NAMES[t]}" for c, t in enumerate(table) if t != AGGRESSIVE) or "none"),
+        "",
+        "| reader | " + " | ".join(result["bots"]) + " |",
+        "|---|" + "---|" * len(result["bots"]),
+    ]
+    for name, row in result["held_out"].items():
+        cells = []
+        for bot in result["bots"]:
+            r = row["bots"][bot]
+            d = r["minus_always_aggressive"]
+            cells.append(f"{r['win_pct']:.0f}% ({d[0]:+.1f} [{d[1]:+.1f}, {d[2]:+.1f}])")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "In brackets: the paired difference from always Aggressive, pp [95% CI]."]
+    return "\n".join(lines) + "\n"
+
+
+def run_history_bound(
+    *,
+    scenario: str,
+    policy_spec: str,
+    out: str,
+    episodes: int = 100,
+    search_episodes: int = 200,
+    seed: int = 0,
+    bots: Sequence[str] = BOT_TYPES,
+    progress=print,
+) -> dict:
+    """Search a table on seed + 1's episodes, play it on seed's, write history_bound.json and .md."""
+    search_play = make_player(scenario, policy_spec, search_episodes, bots)
+    table, train_rates = search(search_play, seed=seed + 1, progress=progress)
+    held_out = held_out_report(make_player(scenario, policy_spec, episodes, bots), table, seed=seed)
+    result = {
+        "scenario": scenario,
+        "policy": policy_spec,
+        "bots": list(bots),
+        "episodes": episodes,
+        "seed": seed,
+        "search_episodes": search_episodes,
+        "search_seed": seed + 1,
+        "cells": cell_names(),
+        "table": list(map(int, table)),
+        "search_win_pct": {bot: 100 * r for bot, r in train_rates.items()},
+        "held_out": held_out,
+    }
+    path = Path(out)
+    path.mkdir(parents=True, exist_ok=True)
+    write_atomic(path / "history_bound.json", json.dumps(result, indent=2))
+    write_atomic(path / "history_bound.md", markdown(result))
+    return result
