@@ -152,12 +152,17 @@ def _adapter_fields(raw: dict, directory: Path) -> Card:
         scenario=played["scenario"],
         plays=played["squad"],
         recipe=f"{raw['method']}" + (f", teacher {teacher}" if teacher else ""),
-        init_from=f"SmolLM2-135M (sha256 {raw['base_sha256'][:12]}…)",
+        init_from=raw.get("train_config", {}).get("init_from") or f"SmolLM2-135M (sha256 {raw['base_sha256'][:12]}…)",
         steps=None,
         command="\n".join(raw["commands"]),
         win_rates=rates,
         measured_by=f"jaxarena-tune-llm evaluate, {played['episodes_per_bot']} episodes per bot, seed {played['seed']}",
-        note=raw["about"] + f"; {raw['steps']} optimiser steps on recorded decisions, no env steps",
+        note=raw["about"]
+        + (
+            f"; {raw['steps']} optimiser steps on recorded decisions, no env steps"
+            if raw["method"] != "grpo"
+            else f"; {raw['steps']} GRPO steps on states of its own play"
+        ),
         directory=directory,
     )
 

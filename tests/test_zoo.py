@@ -36,7 +36,10 @@ SELECTORS = ["C", "C-all-tags", "C-nodeduction", "C-scripted"]
 def test_every_shipped_directory_has_a_complete_card():
     shipped = shipped_directories()
     assert sorted(shipped["squad"]) == SQUADS and sorted(shipped["selector"]) == SELECTORS
-    assert "smollm2-raid-sft" in shipped["adapter"]
+    assert {"smollm2-raid-sft", "smollm2-raid-grpo"} <= set(shipped["adapter"])
+    # GRPO continued the SFT adapter: its card says so, and that it learned in play.
+    grpo = read_card(shipped["adapter"]["smollm2-raid-grpo"])
+    assert grpo.init_from == "smollm2-raid-sft" and "GRPO steps on states of its own play" in grpo.note
     for kind, directories in shipped.items():
         for name, directory in directories.items():
             card = read_card(directory)
