@@ -9,8 +9,10 @@ or a hang costs that step only, and each step gets the whole accelerator):
 
   env_sweep        the arena's env-steps/s from N = 1,024 to N = 2^20 (`env_throughput.py`)
   train            PPO training throughput at 4,096 envs (`train_throughput.py`)
-  time_to_policy   wall-clock until Combination A wins, fast preset, 2 min cap (`time_to_policy.py`)
+  time_to_policy   wall-clock until Combination A wins, fast preset, 1 min cap (`time_to_policy.py`)
   llm_graph        SmolLM2's tag decisions/s inside the jitted rollout (`llm_throughput.py`)
+  llm_tuning       LoRA tuning of the tag model: SFT and DPO samples/s, GRPO states/s, each beside
+                   the forward's rate (`llm_tuning.py`)
   llm_gguf         the same for `--gguf PATH` (a 7B GGUF, say), only when given
   protocol_cold    the default protocol (A and B, 600 episodes), LLM in the graph, no cache
                    (`protocol_timing.py --skip-host`)
@@ -96,6 +98,20 @@ def llm_headline(lines: list[dict]) -> str:
     return ", ".join(f"batch {r['batch']}: {r['unique_decisions_per_s']} decisions/s" for r in rows)
 
 
+def tuning_headline(lines: list[dict]) -> str:
+    rows = {r["line"]: r for r in lines if r.get("bench") == "llm_tuning"}
+    parts = []
+    if "forward" in rows:
+        parts.append(f"forward {rows['forward']['states_per_s']} states/s")
+    for name in ("sft", "dpo"):
+        if name in rows:
+            r = rows[name]
+            parts.append(f"{name} {r['samples_per_s']} samples/s (+{r['backward_over_forward']} forwards)")
+    if "grpo" in rows:
+        parts.append(f"grpo {rows['grpo']['states_per_s']} states/s")
+    return ", ".join(parts)
+
+
 def protocol_headline(lines: list[dict]) -> str:
     rows = [r for r in lines if "run" in r and "process_wall_s" in r]
     return ", ".join(f"{r['run']}: {r['process_wall_s']} s (compile {r['compile_s']} s)" for r in rows)
@@ -135,9 +151,9 @@ STEPS = (
     Step(
         "time_to_policy",
         "time_to_policy.py",
-        ["--presets", "fast", "--max-minutes", "2"],
+        ["--presets", "fast", "--max-minutes", "1"],
         ["--smoke"],
-        170,
+        100,
         ttp_headline,
     ),
     Step(
@@ -147,6 +163,14 @@ STEPS = (
         [*LLM_SMOKE, "--no-extras", "--skip-cold"],
         80,
         llm_headline,
+    ),
+    Step(
+        "llm_tuning",
+        "llm_tuning.py",
+        ["--batch", "256", "--grpo-episodes", "256", "--group", "8", "--repeats", "2"],
+        ["--batch", "2", "--repeats", "1", "--grpo-episodes", "2", "--group", "2"],
+        70,
+        tuning_headline,
     ),
     Step(
         "protocol_cold",
