@@ -15,6 +15,7 @@ docs/distributed.md has the recipes.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import socket
 import subprocess
@@ -26,7 +27,9 @@ import numpy as np
 
 from jaxarena.cli_errors import UserError
 
-FLAGS = ("coordinator_address", "num_processes", "process_id")
+FLAGS = ("coordinator_address", "num_processes", "process_id", "coordinator_timeout")
+#: How long a process waits for the coordinator and the others when --coordinator-timeout is not given.
+DEFAULT_TIMEOUT_S = 300.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,9 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--coordinator-timeout",
         type=float,
-        default=300.0,
+        default=None,
         metavar="S",
-        help="seconds to wait for the coordinator and for every process to join (default 300)",
+        help=f"seconds to wait for the coordinator and for every process to join (default {DEFAULT_TIMEOUT_S:g})",
     )
 
 
@@ -67,8 +70,9 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise UserError(f"--process-id {i} is out of range: it must be {bound}")
     if address is not None and not address.rpartition(":")[2].isdigit():
         raise UserError(f"--coordinator-address {address!r} must be HOST:PORT, e.g. node0:1234")
-    if args.coordinator_timeout <= 0:
-        raise UserError(f"--coordinator-timeout must be positive, got {args.coordinator_timeout}")
+    timeout = args.coordinator_timeout
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        raise UserError(f"--coordinator-timeout must be a positive number of seconds, got {timeout}")
 
 
 def wait_for_coordinator(address: str, timeout_s: float) -> None:
@@ -104,14 +108,18 @@ def initialize(args: argparse.Namespace) -> None:
     if not os.environ.get("JAX_CPU_COLLECTIVES_IMPLEMENTATION"):
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
     address = args.coordinator_address or os.environ.get("JAX_COORDINATOR_ADDRESS")
+    if address and not address.rpartition(":")[2].isdigit():
+        raise UserError(f"JAX_COORDINATOR_ADDRESS {address!r} must be HOST:PORT, e.g. node0:1234")
+    timeout = args.coordinator_timeout or DEFAULT_TIMEOUT_S
+    # Only with an explicit id: under SLURM or Open MPI, JAX reads the id itself, after this point.
     if address and args.process_id not in (None, 0):
-        wait_for_coordinator(address, args.coordinator_timeout)
+        wait_for_coordinator(address, timeout)
     try:
         jax.distributed.initialize(
             coordinator_address=args.coordinator_address,
             num_processes=args.num_processes,
             process_id=args.process_id,
-            initialization_timeout=max(1, int(args.coordinator_timeout)),
+            initialization_timeout=max(1, int(timeout)),
         )
     except ValueError as exc:  # jax's words name its own arguments; say which flag supplies each
         if not any(name in str(exc) for name in ("coordinator_address", "Number of processes", "process id")):

@@ -129,7 +129,13 @@ def _evaluate(args) -> None:
 
 
 def _history_bound(args) -> None:
+    from jaxarena.cli_errors import UserError
+
     from .history_bound import markdown, run_history_bound
+
+    for flag, value in (("--episodes", args.episodes), ("--search-episodes", args.search_episodes)):
+        if value < 1:
+            raise UserError(f"{flag} must be at least 1, got {value}")
 
     result = run_history_bound(
         scenario=args.scenario,
@@ -216,18 +222,19 @@ def parser() -> argparse.ArgumentParser:
     h.add_argument("--search-episodes", type=int, default=200, help="training episodes per bot (seed + 1's keys)")
     h.add_argument("--seed", type=int, default=0, help="the protocol's seed of the held-out episodes")
     h.add_argument("--out", required=True, help="directory for history_bound.json and history_bound.md")
-    h.set_defaults(fn=_history_bound)
+    h.set_defaults(fn=_history_bound, needs_llm=False)  # it plays tag tables, not the LLM
     return p
 
 
 @cli_main("jaxarena-tune-llm")
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
-    # Every command runs the embedded model: stop before any work if its weights are not installed.
-    from ..backends.embedded import EmbeddedBackend
-    from ..preflight import preflight
+    if getattr(args, "needs_llm", True):
+        # The command runs the embedded model: stop before any work if its weights are not installed.
+        from ..backends.embedded import EmbeddedBackend
+        from ..preflight import preflight
 
-    preflight(EmbeddedBackend())
+        preflight(EmbeddedBackend())
     args.fn(args)
     return 0
 

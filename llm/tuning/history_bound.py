@@ -12,8 +12,9 @@ the bot's approach bin (`deduction`'s bins): 10 cells, so 4^10 tables.
 
 - `search` improves a table by coordinate ascent on the squad's win rate
   summed over the bots, on training episodes (the protocol's keys of another
-  seed). A change is kept only if the sum rises by `min_gain` and no bot loses
-  more than `max_loss`: the gain a chooser must not buy by giving up a bot.
+  seed). A change is kept only if the sum rises by at least `min_gain` (1.5
+  points) and no bot loses more than `max_loss` (3 points): a gain must not be
+  bought by giving up a bot.
 - `play` plays a table on the protocol's paired keys (held out), beside
   always-Aggressive (what the stock LLM answers on `raid`), and the same
   table with its first decision set to each tag in turn: what the blind first
@@ -37,11 +38,16 @@ from jaxarena.files import write_atomic
 from jaxarena.names import BOT_TYPES, NPC_WIN, NUM_TAGS, TAG_NAMES
 from jaxarena.tag_sources import TagSource
 
-from ..deduction import APPROACH_EDGES, APPROACH_WORDS, DISTANCE_EDGES
+from ..deduction import (
+    APPROACH_WORDS,
+    DISTANCE_EDGES,
+    NUM_APPROACH_BINS,
+    NUM_DISTANCE_BINS,
+    approach_bin,
+    distance_bin,
+)
 from ..history import APPROACH, HISTORY_LEN, NEAREST, NUM_POINT_FEATURES, DecisionHistory, push
 
-NUM_DISTANCE_BINS = len(DISTANCE_EDGES) + 1
-NUM_APPROACH_BINS = len(APPROACH_EDGES) + 1
 #: The first decision's cell: no movement has been seen yet.
 FIRST = NUM_DISTANCE_BINS * NUM_APPROACH_BINS
 NUM_CELLS = FIRST + 1
@@ -50,7 +56,8 @@ AGGRESSIVE = TAG_NAMES.index("Aggressive")
 
 def cell_names() -> list[str]:
     """A readable name per cell, e.g. "nearest >= 10 u, the bot moved away from the squad"."""
-    edges = ["< 4 u", "4-10 u", ">= 10 u"]
+    low, high = DISTANCE_EDGES
+    edges = [f"< {low:g} u", f"{low:g}-{high:g} u", f">= {high:g} u"]
     names = [f"nearest {d}, {w}" for d in edges for w in APPROACH_WORDS]
     return [*names, "first decision"]
 
@@ -58,10 +65,9 @@ def cell_names() -> list[str]:
 def decision_cell(history: DecisionHistory) -> jax.Array:
     """() int32: the cell of one arena's latest decision point (`push`ed already)."""
     point = history.points[-1]
-    distance = jnp.searchsorted(jnp.asarray(DISTANCE_EDGES, jnp.float32), point[NEAREST], side="right")
-    approach = jnp.searchsorted(jnp.asarray(APPROACH_EDGES, jnp.float32), point[APPROACH], side="right")
+    cell = distance_bin(point[NEAREST]) * NUM_APPROACH_BINS + approach_bin(point[APPROACH])
     # Only one point seen: the approach is undefined (0), so the cell is the first decision's.
-    return jnp.where(history.valid[-2], distance * NUM_APPROACH_BINS + approach, FIRST).astype(jnp.int32)
+    return jnp.where(history.valid[-2], cell, FIRST).astype(jnp.int32)
 
 
 def _empty_histories(num_episodes: int) -> DecisionHistory:
@@ -163,7 +169,8 @@ def held_out_report(play, table: Sequence[int], *, seed: int, n_boot: int = 10_0
 
     rows = {"always Aggressive": [AGGRESSIVE] * NUM_CELLS, "searched table": list(table)}
     for tag in range(NUM_TAGS):
-        rows[f"searched table, first decision {TAG_NAMES[tag]}"] = [*table[:FIRST], tag]
+        if tag != table[FIRST]:
+            rows[f"searched table, first decision {TAG_NAMES[tag]}"] = [*table[:FIRST], tag]
     wins = {name: play(row, seed) for name, row in rows.items()}
     base = wins["always Aggressive"]
     report = {}
@@ -171,7 +178,7 @@ def held_out_report(play, table: Sequence[int], *, seed: int, n_boot: int = 10_0
         report[name] = {"table": list(map(int, row)), "bots": {}}
         for bot, w in wins[name].items():
             diff = paired_bootstrap_diff(w, base[bot], n_boot=n_boot, seed=seed)
-            ci = bootstrap_rate_ci(np.where(w > 0, NPC_WIN, -1), NPC_WIN, n_boot=n_boot, seed=seed)
+            ci = bootstrap_rate_ci(w.astype(np.int64), 1, n_boot=n_boot, seed=seed)  # code 1: a win
             report[name]["bots"][bot] = {
                 "win_pct": 100 * float(w.mean()),
                 "win_ci": list(ci),

@@ -128,7 +128,9 @@ def test_a_bad_distributed_command_is_one_line_before_anything_starts(tmp_path, 
         (["--process-id", "0"], "--process-id needs --distributed"),
         (["--distributed", "--coordinator-address", "node0"], "must be HOST:PORT"),
         (["--distributed", "--num-processes", "0"], "--num-processes must be at least 1"),
-        (["--distributed", "--coordinator-timeout", "0"], "--coordinator-timeout must be positive"),
+        (["--distributed", "--coordinator-timeout", "0"], "--coordinator-timeout must be a positive number"),
+        (["--distributed", "--coordinator-timeout", "nan"], "--coordinator-timeout must be a positive number"),
+        (["--coordinator-timeout", "5"], "--coordinator-timeout needs --distributed"),
     ]  # fmt: skip
     for argv, words in cases:
         assert main([*argv, *out, "--keep-xla-flags"]) == 2

@@ -43,7 +43,8 @@ def history_with(nearest: float, approach: float, seen: int) -> DecisionHistory:
         (7.0, 0.0, 3, 4),  # mid, held
         (15.0, -0.9, 2, 6),  # far, moved away
         (15.0, 0.9, 2, 8),  # far, moved toward
-        (4.0, 0.2, 2, 5),  # the edges belong to the upper bins
+        (4.0, 0.2, 2, 5),  # a distance edge starts the farther bin; +0.2 is "moved toward"
+        (15.0, -0.2, 2, 6),  # -0.2 is "moved away", as the deduction prompt bins it
     ],
 )
 def test_a_decision_falls_in_the_cell_of_its_distance_and_approach(nearest, approach, seen, cell):
@@ -90,7 +91,7 @@ def test_the_table_source_answers_each_decision_with_its_cells_tag_in_a_rollout(
 def synthetic_play(table, seed):
     """A game where Flank far from a fleeing bot (cell 6) gains 10 points against the balanced bot at a
     1-point cost against the evasive one, and a first-decision Retreat gains 20 against the aggressive
-    bot at a 50-point cost against the evasive one."""
+    bot at a 5-point cost against the evasive one: more in sum, but bought by giving up a bot."""
     n = 100
     rates = {"aggressive": 0.40, "evasive": 0.70, "balanced": 0.20}
     if table[6] == FLANK:
@@ -98,7 +99,7 @@ def synthetic_play(table, seed):
         rates["evasive"] -= 0.01
     if table[FIRST] == RETREAT:
         rates["aggressive"] += 0.20
-        rates["evasive"] -= 0.50
+        rates["evasive"] -= 0.05
     return {bot: (np.arange(n) < round(r * n)).astype(np.float64) for bot, r in rates.items()}
 
 
@@ -106,9 +107,12 @@ def test_search_keeps_a_gain_that_costs_no_bot_much_and_refuses_one_bought_by_gi
     messages = []
     table, rates = search(synthetic_play, seed=1, progress=messages.append)
     assert table[6] == FLANK
-    assert table[FIRST] == AGGRESSIVE  # +20 against the aggressive bot for -50 against the evasive one
+    assert table[FIRST] == AGGRESSIVE  # +20 against the aggressive bot for -5 against the evasive one
     assert rates == pytest.approx({"aggressive": 0.40, "evasive": 0.69, "balanced": 0.30})
     assert any("-> Flank" in m for m in messages)
+    # The same search with no limit on a bot's loss buys the gain.
+    unlimited, _ = search(synthetic_play, seed=1, max_loss=1.0, progress=messages.append)
+    assert unlimited[FIRST] == RETREAT
 
 
 def test_the_held_out_report_gives_paired_differences_from_always_aggressive_and_each_first_decision():
@@ -119,7 +123,8 @@ def test_the_held_out_report_gives_paired_differences_from_always_aggressive_and
     assert searched["balanced"]["minus_always_aggressive"][0] == pytest.approx(10.0)
     first_retreat = report["searched table, first decision Retreat"]["bots"]
     assert first_retreat["aggressive"]["minus_always_aggressive"][0] == pytest.approx(20.0)
-    assert first_retreat["evasive"]["minus_always_aggressive"][0] == pytest.approx(-51.0)
+    assert first_retreat["evasive"]["minus_always_aggressive"][0] == pytest.approx(-6.0)
+    assert "searched table, first decision Aggressive" not in report  # that is the searched table itself
     text = markdown(
         {
             "scenario": "raid",
@@ -135,3 +140,13 @@ def test_the_held_out_report_gives_paired_differences_from_always_aggressive_and
     )
     assert "nearest >= 10 u, the bot moved away from the squad -> Flank" in text
     assert "| searched table, first decision Retreat | 60% (+20.0" in text
+
+
+def test_the_command_refuses_an_empty_episode_count_in_one_line(tmp_path, capsys):
+    from jaxarena.llm.tuning.cli import main
+
+    for flag in ("--episodes", "--search-episodes"):
+        assert main(["history-bound", flag, "0", "--out", str(tmp_path)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == f"jaxarena-tune-llm: error: {flag} must be at least 1, got 0"
+    assert not any(tmp_path.iterdir())

@@ -137,3 +137,26 @@ def test_resume_is_bit_exact(model, tmp_path):
     b = load_adapter(resumed, model.cfg, model.base_sha256)
     assert a.checksum == b.checksum
     chex.assert_trees_all_equal(a.adapter, b.adapter)
+
+
+@pytest.mark.slow
+def test_a_run_started_from_an_adapter_records_that_adapter_at_step_0(source, tmp_path):
+    """GRPO after SFT (`--init-from`) starts from a trained adapter: step 0 of its curve is that adapter, not the
+    stock model."""
+    import json
+
+    start = init_adapter(source.generator.cfg, LORA, jax.random.key(5))
+    leaves, treedef = jax.tree.flatten(start)
+    keys = jax.random.split(jax.random.key(6), len(leaves))
+    # B != 0: the adapter adds something, so its choices differ from the stock model's.
+    start = treedef.unflatten([x + 0.05 * jax.random.normal(k, x.shape) for x, k in zip(leaves, keys, strict=True)])
+    started = TagModel(source, LORA, start)
+    held_out = synthetic(8, seed=1)
+    config = TrainConfig(method="sft", steps=1, batch=4, rank=4, targets=("q", "v"), eval_every=1, eval_states=8)
+    train(config, started, synthetic(16, seed=0), held_out, tmp_path / "run", progress=lambda s: None)
+    step0 = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    assert step0["step"] == 0
+    expected = choice_metrics(started.probs(held_out.features, start), held_out.win)
+    stock = choice_metrics(started.probs(held_out.features, started.zero_adapter()), held_out.win)
+    assert step0["eval"]["entropy_bits"] == pytest.approx(expected["entropy_bits"])
+    assert abs(expected["entropy_bits"] - stock["entropy_bits"]) > 1e-3, "the start must differ from the stock model"
