@@ -30,7 +30,7 @@ CHECKSUMS_BEFORE_CARDS = {
     "B-sides-raid": "cddf3a98da871bc14a44cf69b69b011737ee8f94de9318343d57838fb4e930b1",
 }
 SQUADS = sorted(CHECKSUMS_BEFORE_CARDS)
-SELECTORS = ["C", "C-all-tags", "C-nodeduction", "C-scripted"]
+SELECTORS = ["C", "C-all-tags", "C-nodeduction", "C-raid", "C-scripted"]
 
 
 def test_every_shipped_directory_has_a_complete_card():
