@@ -68,11 +68,17 @@ def check_arguments(args: argparse.Namespace) -> None:
     if i is not None and (i < 0 or (n is not None and i >= n)):
         bound = f"0..{n - 1} for --num-processes {n}" if n is not None else "a non-negative integer"
         raise UserError(f"--process-id {i} is out of range: it must be {bound}")
-    if address is not None and not address.rpartition(":")[2].isdigit():
-        raise UserError(f"--coordinator-address {address!r} must be HOST:PORT, e.g. node0:1234")
+    if address is not None:
+        check_address(address, "--coordinator-address")
     timeout = args.coordinator_timeout
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise UserError(f"--coordinator-timeout must be a positive number of seconds, got {timeout}")
+
+
+def check_address(address: str, given_by: str) -> None:
+    """A UserError naming `given_by` (the flag or variable) unless `address` is HOST:PORT."""
+    if not address.rpartition(":")[2].isdigit():
+        raise UserError(f"{given_by} {address!r} must be HOST:PORT, e.g. node0:1234")
 
 
 def wait_for_coordinator(address: str, timeout_s: float) -> None:
@@ -108,8 +114,8 @@ def initialize(args: argparse.Namespace) -> None:
     if not os.environ.get("JAX_CPU_COLLECTIVES_IMPLEMENTATION"):
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
     address = args.coordinator_address or os.environ.get("JAX_COORDINATOR_ADDRESS")
-    if address and not address.rpartition(":")[2].isdigit():
-        raise UserError(f"JAX_COORDINATOR_ADDRESS {address!r} must be HOST:PORT, e.g. node0:1234")
+    if address and not args.coordinator_address:
+        check_address(address, "JAX_COORDINATOR_ADDRESS")  # the flag's was checked with the others
     timeout = args.coordinator_timeout or DEFAULT_TIMEOUT_S
     # Only with an explicit id: under SLURM or Open MPI, JAX reads the id itself, after this point.
     if address and args.process_id not in (None, 0):

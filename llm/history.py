@@ -67,6 +67,21 @@ def empty_history(state: EnvState) -> DecisionHistory:
     )
 
 
+def blank_histories(num_episodes: int) -> DecisionHistory:
+    """A batch of histories with no point seen: the initial carry of a tag source that keeps them.
+
+    Unlike `empty_history`, it needs no state: `push` reads `bot_pos` and `centroid` only once a
+    point is valid, so the first push records approach 0 whatever they hold.
+    """
+    n = num_episodes
+    return DecisionHistory(
+        points=jnp.zeros((n, HISTORY_LEN, NUM_POINT_FEATURES), jnp.float32),
+        valid=jnp.zeros((n, HISTORY_LEN), bool),
+        bot_pos=jnp.zeros((n, 2), jnp.float32),
+        centroid=jnp.zeros((n, 2), jnp.float32),
+    )
+
+
 def point_features(history: DecisionHistory, state: EnvState, params: EnvParams) -> jax.Array:
     """(NUM_POINT_FEATURES,) float32: the features of the decision point `state`, given the history so far."""
     alive = state.npc_hp > 0.0

@@ -20,24 +20,13 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxarena.llm.history import HISTORY_LEN, NUM_POINT_FEATURES, DecisionHistory, opponent_class, push
+from jaxarena.llm.history import blank_histories, opponent_class, push
 from jaxarena.tag_sources import TagSource
 
 from .inputs import InputConfig, selector_inputs
 from .network import CandidateSelector
 
 CHOOSERS = ("selector", "random", "llm", "top1")
-
-
-def blank_histories(num_episodes: int) -> DecisionHistory:
-    """Histories with no point seen (the first push records approach 0)."""
-    n = num_episodes
-    return DecisionHistory(
-        points=jnp.zeros((n, HISTORY_LEN, NUM_POINT_FEATURES), jnp.float32),
-        valid=jnp.zeros((n, HISTORY_LEN), bool),
-        bot_pos=jnp.zeros((n, 2), jnp.float32),
-        centroid=jnp.zeros((n, 2), jnp.float32),
-    )
 
 
 def selector_tag_source(

@@ -46,7 +46,7 @@ from ..deduction import (
     approach_bin,
     distance_bin,
 )
-from ..history import APPROACH, HISTORY_LEN, NEAREST, NUM_POINT_FEATURES, DecisionHistory, push
+from ..history import APPROACH, NEAREST, DecisionHistory, blank_histories, push
 
 #: The first decision's cell: no movement has been seen yet.
 FIRST = NUM_DISTANCE_BINS * NUM_APPROACH_BINS
@@ -70,16 +70,6 @@ def decision_cell(history: DecisionHistory) -> jax.Array:
     return jnp.where(history.valid[-2], cell, FIRST).astype(jnp.int32)
 
 
-def _empty_histories(num_episodes: int) -> DecisionHistory:
-    # `push` only reads bot_pos and centroid once a point is valid, so zeros are a blank history.
-    return DecisionHistory(
-        points=jnp.zeros((num_episodes, HISTORY_LEN, NUM_POINT_FEATURES), jnp.float32),
-        valid=jnp.zeros((num_episodes, HISTORY_LEN), bool),
-        bot_pos=jnp.zeros((num_episodes, 2), jnp.float32),
-        centroid=jnp.zeros((num_episodes, 2), jnp.float32),
-    )
-
-
 def table_source() -> TagSource:
     """A tag source whose carry is (table (NUM_CELLS,) int32, the batch's histories).
 
@@ -100,7 +90,7 @@ def initial_carry(table: Sequence[int], num_episodes: int):
     table = np.asarray(table, np.int32)
     if table.shape != (NUM_CELLS,) or table.min() < 0 or table.max() >= NUM_TAGS:
         raise ValueError(f"a history table has {NUM_CELLS} tags in 0..{NUM_TAGS - 1}, got {table.tolist()}")
-    return jnp.asarray(table), _empty_histories(num_episodes)
+    return jnp.asarray(table), blank_histories(num_episodes)
 
 
 def make_player(scenario: str, policy_spec: str, episodes: int, bots: Sequence[str] = BOT_TYPES):
