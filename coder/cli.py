@@ -49,6 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gif-bot", default="balanced", help="bot of the report's GIF (default balanced)")
     p.add_argument("--out", default="results/coder", help="parent folder of runs (default results/coder)")
     p.add_argument("--run", default=None, help="run folder name (default: from the settings, so a rerun resumes)")
+    p.add_argument(
+        "--coder-adapter",
+        default=None,
+        help="a LoRA adapter for the coder's replies only (a directory or a shipped name; jaxarena-tune-coder)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no per-candidate and per-round lines")
     return p
 
@@ -93,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         race=args.race,
         race_alpha=0.05 if args.race_alpha is None else args.race_alpha,
         race_first=30 if args.race_first is None else args.race_first,
+        coder_adapter=args.coder_adapter,
     )
     run_dir = Path(args.out) / (args.run or run_name(config))
     loop = Loop(config, run_dir, progress=None if args.no_progress else lambda line: print(line, flush=True))

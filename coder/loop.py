@@ -82,6 +82,7 @@ class Loop:
         self.log = RunLog(self.run_dir / "events.jsonl")
         self.progress = progress or (lambda line: None)
         self._backend = backend
+        self._coder_backend = None
         _, params = make("Arena-v0", scenario=config.scenario)
         self.task = task_information(params, config.scenario, config.episodes_per_bot, config.bots)
         self.reference = reference_text()
@@ -101,8 +102,17 @@ class Loop:
             check_backend(self._backend)
         return self._backend
 
-    def _ask(self, prompts: list) -> list:
-        replies = generate(self.backend, prompts)
+    @property
+    def coder_backend(self):
+        """The coder's backend: the run's, or one with the coder's adapter (`LoopConfig.coder_adapter`)."""
+        if self.config.coder_adapter is None:
+            return self.backend
+        if self._coder_backend is None:
+            self._coder_backend = make_loop_backend(self.config, adapter=self.config.coder_adapter)
+        return self._coder_backend
+
+    def _ask(self, prompts: list, backend=None) -> list:
+        replies = generate(backend or self.backend, prompts)
         failed = [(i, r.error) for i, r in enumerate(replies) if r.error]
         if failed:
             raise LoopError(
@@ -151,7 +161,7 @@ class Loop:
                 )
                 for i in missing
             ]
-            answers = self._ask(prompts)
+            answers = self._ask(prompts, self.coder_backend)
             for i, prompt, answer in zip(missing, prompts, answers, strict=True):
                 reply = answer.text
                 code = extract_code(reply)

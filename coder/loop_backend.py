@@ -7,8 +7,12 @@ import asyncio
 from .loop_config import DEFAULT_OLLAMA_MODEL, LoopConfig
 
 
-def make_loop_backend(config: LoopConfig):
-    """The backend for a run: free generation with `max_tokens` new tokens, seeded."""
+def make_loop_backend(config: LoopConfig, adapter: str | None = None):
+    """The backend for a run: free generation with `max_tokens` new tokens, seeded.
+
+    `adapter`: a LoRA adapter (a directory or a shipped name) for this backend's
+    replies; the loop gives the coder its own backend with `coder_adapter`.
+    """
     from jaxarena.llm.backends import make_backend, parse_llm_spec
 
     name, extra = parse_llm_spec(config.llm)
@@ -29,6 +33,7 @@ def make_loop_backend(config: LoopConfig):
             options=options,
             decode="free",
         )
+    from jaxarena.llm.adapters import resolve_adapter
     from jaxarena.llm.generate import GGUFGenerator
 
     kwargs = dict(
@@ -50,6 +55,7 @@ def make_loop_backend(config: LoopConfig):
         seed=config.seed,
         batch_buckets=tuple(sorted({1, config.k})),
         suffix_buckets=(128, 256, 512, 1024, 2048),
+        adapter=resolve_adapter(adapter, kind="coder-adapter") if adapter else None,
     )
     return make_backend(name, **kwargs, generator=generator)
 

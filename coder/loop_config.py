@@ -43,6 +43,7 @@ class LoopConfig:
     race: bool = False
     race_alpha: float = 0.05
     race_first: int = 30
+    coder_adapter: str | None = None  # a LoRA adapter for the coder's replies only (embedded and gguf backends)
 
     def __post_init__(self):
         from jaxarena.llm.backends import parse_llm_spec
@@ -64,6 +65,8 @@ class LoopConfig:
                 self.race_config()
             except ValueError as exc:
                 raise LoopError(f"race: {exc}") from None
+        if self.coder_adapter is not None and name == "ollama":
+            raise LoopError("--coder-adapter runs in our own forward pass: use --llm embedded or gguf:PATH")
         if self.timeout_s <= 0:
             raise LoopError(f"timeout_s must be positive, got {self.timeout_s!r}")
         try:
@@ -101,6 +104,8 @@ class LoopConfig:
         if not self.race:  # so a run recorded before racing existed resumes with the same config
             for field in ("race", "race_alpha", "race_first"):
                 del data[field]
+        if self.coder_adapter is None:  # likewise for runs recorded before coder adapters
+            del data["coder_adapter"]
         return data
 
     @classmethod
@@ -113,4 +118,6 @@ def run_name(config: LoopConfig) -> str:
     model = config.model or (DEFAULT_OLLAMA_MODEL if config.backend_name == "ollama" else "")
     llm = config.llm if config.backend_name != "gguf" else "gguf-" + Path(config.llm.partition(":")[2]).stem
     raw = f"{llm}-{model}-k{config.k}-s{config.seed}-{config.scenario}"
+    if config.coder_adapter:
+        raw += "-coder-" + Path(config.coder_adapter.rstrip("/")).name
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", raw).strip("-").replace("--", "-")

@@ -167,8 +167,44 @@ def _adapter_fields(raw: dict, directory: Path) -> Card:
     )
 
 
-#: card.json's "kind" -> its reader (the adapter's card names itself "llm-adapter").
-READERS = {"squad": _zoo_card, "selector": _zoo_card, "llm-adapter": _adapter_card}
+def _coder_adapter_card(raw: dict, directory: Path) -> Card:
+    """The coder's adapter (`jaxarena.coder.tuning`): it writes programs, so its measure is theirs, not a squad's."""
+    try:
+        ev = raw["evaluation"]
+        stock, tuned = ev["stock"], ev["tuned"]
+        card = Card(
+            name=raw["name"],
+            kind="adapter",
+            status=raw["status"],
+            summary=f"SmolLM2-135M as the coder, LoRA-tuned ({raw['method']}) to write squad policies",
+            env_id=None,
+            scenario=raw["config"]["scenario"],
+            plays=None,
+            recipe=raw["method"],
+            init_from=raw["config"].get("init_from") or f"SmolLM2-135M (sha256 {raw['base_sha256'][:12]}…)",
+            steps=None,
+            command="\n".join(raw["commands"]),
+            win_rates=(),
+            measured_by=f"jaxarena-tune-coder evaluate, {stock['replies']} replies to held-out plans",
+            note=f"{raw['about']}; replies that ran {100 * stock['compiled']:.0f}% -> {100 * tuned['compiled']:.0f}%, "
+            f"mean reward {stock['mean_reward']:+.2f} -> {tuned['mean_reward']:+.2f}",
+            directory=directory,
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        what = f"an incomplete coder adapter card ({type(exc).__name__}: {exc})"
+        raise CardError(f"{directory / CARD_FILE}: {what}") from None
+    if card.status not in STATUSES:
+        raise CardError(f"{directory / CARD_FILE}: status {card.status!r} is not one of {', '.join(STATUSES)}")
+    return card
+
+
+#: card.json's "kind" -> its reader (the tag model's adapter names itself "llm-adapter", the coder's "coder-adapter").
+READERS = {
+    "squad": _zoo_card,
+    "selector": _zoo_card,
+    "llm-adapter": _adapter_card,
+    "coder-adapter": _coder_adapter_card,
+}
 
 
 def read_card(directory: str | Path) -> Card:

@@ -111,7 +111,6 @@ class GGUFGenerator:
         if adapter is not None and not isinstance(adapter, lora.LoadedAdapter):
             adapter = lora.load_adapter(adapter, self.cfg, self.sha256)
         self.adapter = adapter
-        self.params = lora.attach(self.base_params, adapter and adapter.adapter, adapter and adapter.lora)
         self.max_new_tokens = int(max_new_tokens)
         self.top_k = int(top_k)
         self.seed = int(seed)
@@ -121,6 +120,9 @@ class GGUFGenerator:
         self._lock = threading.Lock()
         self._prefixes: collections.OrderedDict[tuple[int, ...], _Prefix] = collections.OrderedDict()
         self._prefix_cache_size = prefix_cache_size
+        self.use_adapter(
+            adapter and adapter.adapter, adapter and adapter.lora, after_prefix=lora.acts_after_prefix(adapter)
+        )
         self._system_ids_cache: dict[str, list[int]] = {}
         cfg = self.cfg
         self._read = jax.jit(partial(P.read_program, cfg, self.top_k, self.max_new_tokens))
@@ -130,8 +132,23 @@ class GGUFGenerator:
         self._full = jax.jit(partial(M.full_forward, cfg))
         self._options = jax.jit(partial(P.option_logits_program, cfg))
 
+    def use_adapter(self, arrays, lora_config=None, *, after_prefix: bool = False) -> None:
+        """Run with adapter `arrays` (None: the base model); compiled programs are kept.
+
+        `after_prefix`: the adapter acts only on the tokens after the shared
+        (system) prefix, whose KV cache then comes from the base model. That
+        is how the coder's adapter is trained: its ~2.6 k-token system prompt
+        is encoded once by the base model, and the adapter learns on the
+        tactics and the reply alone.
+        """
+        self.params = lora.attach(self.base_params, arrays, lora_config)
+        prefix_params = self.base_params if after_prefix or arrays is None else self.params
+        if prefix_params is not getattr(self, "_prefix_params", None):
+            self._prefixes.clear()  # cached under other weights
+        self._prefix_params = prefix_params
+
     # ----------------------------------------------------------------- prefix
-    def _prefix(self, ids: tuple[int, ...]) -> _Prefix:
+    def prefix_cache(self, ids: tuple[int, ...]) -> _Prefix:
         """KV cache for a prefix of token ids (LRU-cached)."""
         hit = self._prefixes.get(ids)
         if hit is not None:
@@ -142,7 +159,7 @@ class GGUFGenerator:
         toks = np.zeros((1, P), np.int32)
         toks[0, :n] = ids
         valid = np.arange(P) < n
-        k, v = self._pre(self.params, toks, valid[None])
+        k, v = self._pre(self._prefix_params, toks, valid[None])
         entry = _Prefix(ids, k, v, jnp.asarray(valid), n)
         self._prefixes[ids] = entry
         while len(self._prefixes) > self._prefix_cache_size:
@@ -261,7 +278,7 @@ class GGUFGenerator:
             groups[tuple(ids[:k])].append((i, suffix))
 
         for prefix_ids, items in groups.items():
-            prefix = self._prefix(prefix_ids)
+            prefix = self.prefix_cache(prefix_ids)
             # Sorting by length keeps each chunk's padding small.
             items.sort(key=lambda it: len(it[1]))
             for start in range(0, len(items), self.max_batch):
@@ -351,7 +368,7 @@ class GGUFGenerator:
     ) -> None:
         """Compile the programs a run will use (prefix, and each batch bucket) for one decode mode."""
         ids = tuple(self._system_ids(system))
-        prefix = self._prefix(ids)
+        prefix = self.prefix_cache(ids)
         _, option_ids = self.option_tokens()
         for b in batch_sizes or self.batch_buckets:
             S = bucket(suffix_len, self.suffix_buckets)

@@ -174,7 +174,7 @@ class GraphTagSource:
             lead=_option_tokens(generator)[0],
         )
         self.option_ids = _option_tokens(generator)[1]
-        prefix = generator._prefix(tuple(self.lines.prefix_ids))
+        prefix = generator.prefix_cache(tuple(self.lines.prefix_ids))
         self.prefix_len = int(prefix.length)
         # The system prefix as the prefix program reads it, to rebuild its KV cache under another adapter.
         self._prefix_tokens = np.zeros((1, prefix.valid.shape[0]), np.int32)

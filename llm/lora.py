@@ -220,6 +220,15 @@ class LoadedAdapter:
     path: Path
 
 
+#: The card's `acts_on` of an adapter trained to act only after the shared (system) prefix (the coder's).
+AFTER_PREFIX = "after-prefix"
+
+
+def acts_after_prefix(adapter: LoadedAdapter | None) -> bool:
+    """Whether `adapter` acts only on the tokens after the shared prefix (see `GGUFGenerator.use_adapter`)."""
+    return adapter is not None and adapter.card.get("acts_on") == AFTER_PREFIX
+
+
 def load_adapter(path: str | os.PathLike, cfg: ModelConfig, base_sha256: str) -> LoadedAdapter:
     """Read an adapter directory and check it against the model it will run on.
 

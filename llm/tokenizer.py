@@ -188,6 +188,10 @@ class ChatTokenizer:
             if tid is not None:
                 stops.add(tid)
         self.stop_ids = frozenset(stops)
+        # The token a reply ends with, as a training target: the template's end-of-turn marker, else EOS.
+        eot = fields.get("tokenizer.ggml.eot_token_id")
+        im_end = self.tokenizer.token_to_id("<|im_end|>")
+        self.end_of_turn_id = int(eot) if eot is not None else (im_end if im_end is not None else self.eos_id)
 
     def _with_bos(self, text: str) -> str:
         if self.add_bos and not text.startswith(self.bos_token):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -188,3 +189,15 @@ def test_the_command_prints_the_table_and_the_cards(capsys):
     assert zoo_cli.main(["--kind", "selector", "--json"]) == 0
     cards = json.loads(capsys.readouterr().out)
     assert [c["name"] for c in cards] == SELECTORS and cards[0]["win_rates"][0]["bot"] == "aggressive"
+
+
+def test_the_coders_adapter_card_carries_its_programs_measure(tmp_path):
+    card = read_card(Path(__file__).resolve().parents[1] / "llm" / "adapters" / "smollm2-coder-sft")
+    assert card.kind == "adapter" and card.plays is None and not card.measured
+    raw = json.loads((card.directory / CARD_FILE).read_text())
+    tuned = raw["evaluation"]["tuned"]
+    assert f"{100 * tuned['compiled']:.0f}%" in card.note and "jaxarena-tune-coder" in card.command
+    (tmp_path / "Y").mkdir()
+    (tmp_path / "Y" / CARD_FILE).write_text(json.dumps({**raw, "evaluation": {}}))
+    with pytest.raises(CardError, match="an incomplete coder adapter card"):
+        read_card(tmp_path / "Y")

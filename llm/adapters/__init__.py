@@ -23,15 +23,34 @@ def shipped_adapters() -> list[str]:
     return sorted(p.parent.name for p in ADAPTERS_DIR.glob(f"*/{CARD_FILE}"))
 
 
-def resolve_adapter(spec: str) -> Path:
-    """The directory of adapter `spec`: an existing directory, else a shipped name; AdapterError if neither."""
+#: What each kind of adapter is for, as the error for the wrong one says.
+KINDS = {
+    "llm-adapter": "the tag model's choice (jaxarena-tune-llm; --adapter, --tuned-adapter)",
+    "coder-adapter": "the coder's programs (jaxarena-tune-coder; jaxarena-coder --coder-adapter)",
+}
+
+
+def resolve_adapter(spec: str, kind: str | None = None) -> Path:
+    """The directory of adapter `spec`: an existing directory, else a shipped name; AdapterError if neither.
+
+    `kind` ("llm-adapter" or "coder-adapter"): refuse an adapter trained for the other job.
+    """
     path = Path(spec).expanduser()
     if path.is_dir():
-        return path.resolve()
-    if "/" not in str(spec) and (ADAPTERS_DIR / str(spec) / CARD_FILE).is_file():
-        return ADAPTERS_DIR / str(spec)
-    names = ", ".join(shipped_adapters()) or "none"
-    raise AdapterError(f"adapter {spec!r} not found: not a directory, nor a shipped adapter (shipped: {names})")
+        found = path.resolve()
+    elif "/" not in str(spec) and (ADAPTERS_DIR / str(spec) / CARD_FILE).is_file():
+        found = ADAPTERS_DIR / str(spec)
+    else:
+        names = ", ".join(shipped_adapters()) or "none"
+        raise AdapterError(f"adapter {spec!r} not found: not a directory, nor a shipped adapter (shipped: {names})")
+    if kind is not None:
+        try:
+            got = json.loads((found / CARD_FILE).read_text()).get("kind")
+        except (OSError, ValueError, AttributeError):
+            got = None  # a missing or corrupt card is `lora.load_adapter`'s to report
+        if got in KINDS and got != kind:
+            raise AdapterError(f"adapter {spec!r} is for {KINDS[got]}, not for {KINDS[kind]}")
+    return found
 
 
 def adapter_checksum_of(directory: str | Path) -> str:

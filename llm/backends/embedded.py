@@ -108,7 +108,7 @@ class EmbeddedBackend:
             return
         from ..adapters import adapter_checksum_of, resolve_adapter
 
-        self.adapter = str(resolve_adapter(spec))
+        self.adapter = str(resolve_adapter(spec, kind="llm-adapter"))
         self.adapter_checksum = adapter_checksum_of(self.adapter)
         self.model = f"{self.model}+lora:{self.adapter_checksum[:12]}"
 

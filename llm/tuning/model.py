@@ -56,7 +56,7 @@ class TagModel:
 
         source = GraphTagSource.from_backend(EmbeddedBackend(), **limits)
         if isinstance(adapter, str) or hasattr(adapter, "__fspath__"):
-            directory = resolve_adapter(str(adapter))  # a shipped name or a directory
+            directory = resolve_adapter(str(adapter), kind="llm-adapter")  # a shipped name or a directory
             adapter = load_adapter(directory, source.generator.cfg, source.generator.sha256)
         if isinstance(adapter, LoadedAdapter):
             return cls(source, adapter.lora, adapter.adapter)

@@ -126,21 +126,22 @@ def _loss_fn(model: TagModel, config: TrainConfig):
     return {"sft": sft, "dpo": dpo}[config.method]
 
 
-def _bytes_of(write: Callable) -> bytes:
+def bytes_of(write: Callable) -> bytes:
     """What `write(file)` writes, as bytes (for `write_atomic`)."""
     buffer = io.BytesIO()
     write(buffer)
     return buffer.getvalue()
 
 
-def _save_checkpoint(out: Path, step: int, adapter, opt_state, history: list, config: TrainConfig) -> None:
+def save_checkpoint(out: Path, step: int, adapter, opt_state, history: list, config) -> None:
+    """Write the run's state atomically: adapter and optimizer leaves, the step, the history, the config."""
     leaves = jax.tree.leaves((adapter, opt_state))
     arrays = {f"leaf{i:04d}": np.asarray(x) for i, x in enumerate(leaves)}
     meta = json.dumps({"step": step, "history": history, "config": config.to_json()})
-    write_atomic(out / CHECKPOINT, _bytes_of(lambda f: np.savez(f, meta=np.asarray(meta), **arrays)))
+    write_atomic(out / CHECKPOINT, bytes_of(lambda f: np.savez(f, meta=np.asarray(meta), **arrays)))
 
 
-def _load_checkpoint(out: Path, like, config: TrainConfig):
+def load_checkpoint(out: Path, like, config):
     """(step, (adapter, opt_state), history) from `out`'s checkpoint, or None if there is none."""
     path = out / CHECKPOINT
     if not path.exists():
@@ -156,28 +157,36 @@ def _load_checkpoint(out: Path, like, config: TrainConfig):
     return meta["step"], restored, meta["history"]
 
 
-def _plot(out: Path, history: list, method: str) -> None:
+def write_curves(out: Path, panels: list[tuple[str, list, list]], title: str) -> None:
+    """`out/curves.png`: one panel per (title, steps, values), written atomically."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    steps = [h["step"] for h in history]
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
-    for ax, key, label in zip(
-        axes,
-        ("regret", "agreement", "entropy_bits"),
-        ("held-out regret (win prob.)", "agreement with the oracle", "tag entropy (bits)"),
-        strict=True,
-    ):
-        ax.plot(steps, [h["eval"][key] for h in history], marker="o")
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2))
+    for ax, (label, xs, ys) in zip(np.atleast_1d(axes), panels, strict=True):
+        ax.plot(xs, ys, marker="o")
         ax.set_xlabel("step")
         ax.set_title(label)
         ax.grid(alpha=0.3)
-    fig.suptitle(f"tag model fine-tuning ({method.upper()})")
+    fig.suptitle(title)
     fig.tight_layout()
-    write_atomic(out / "curves.png", _bytes_of(lambda f: fig.savefig(f, format="png", dpi=110)))
+    write_atomic(out / "curves.png", bytes_of(lambda f: fig.savefig(f, format="png", dpi=110)))
     plt.close(fig)
+
+
+def _plot(out: Path, history: list, method: str) -> None:
+    steps = [h["step"] for h in history]
+    panels = [
+        (label, steps, [h["eval"][key] for h in history])
+        for key, label in (
+            ("regret", "held-out regret (win prob.)"),
+            ("agreement", "agreement with the oracle"),
+            ("entropy_bits", "tag entropy (bits)"),
+        )
+    ]
+    write_curves(out, panels, f"tag model fine-tuning ({method.upper()})")
 
 
 def eval_indices(n: int, count: int) -> np.ndarray:
@@ -209,7 +218,7 @@ def train(
     adapter = model.adapter
     held = eval_indices(len(eval_data), config.eval_states)
     step, history = 0, []
-    resumed = _load_checkpoint(out, (adapter, opt_state), config)
+    resumed = load_checkpoint(out, (adapter, opt_state), config)
     if resumed is not None:
         step, (adapter, opt_state), history = resumed
         progress(f"resuming {out} at step {step}")
@@ -226,7 +235,7 @@ def train(
             metrics = choice_metrics(model.probs(eval_data.features[held], adapter), eval_data.win[held])
             history.append(_record(step, _mean_stats(since), metrics))
             since = []
-            _save_checkpoint(out, step, adapter, opt_state, history, config)
+            save_checkpoint(out, step, adapter, opt_state, history, config)
             _write_history(out, history)
             _plot(out, history, config.method)
             h = history[-1]

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from PIL import Image
 from jaxarena.coder.cli import main as cli_main
 from jaxarena.coder.language import reference_text
 from jaxarena.coder.loop import Loop, LoopConfig, LoopError, load_events, update_skills
+from jaxarena.coder.loop_config import run_name
 from jaxarena.coder.prompts import (
     CHANGE,
     IMPROVE,
@@ -233,6 +235,7 @@ def test_skill_names_from_the_plan():
         ({"scenario": "moon"}, "presets"),
         ({"bots": ("dragon",)}, "unknown bot"),
         ({"temperature": 5.0}, "temperature"),
+        ({"llm": "ollama", "coder_adapter": "x"}, "coder-adapter runs in our own forward pass"),
     ],
 )
 def test_bad_config(kwargs, message):
@@ -288,3 +291,45 @@ def free_port():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def _shifted_adapter(gguf, out):
+    """An after-prefix adapter with every entry moved off zero (so it changes replies) for the model `gguf`."""
+    import jax
+
+    from jaxarena.llm import lora as L
+    from jaxarena.llm.weights import load_model
+
+    loaded = load_model(gguf)
+    lora = L.LoraConfig(rank=4, targets=("q", "v"))
+    leaves, tree = jax.tree.flatten(L.init_adapter(loaded.config, lora, jax.random.key(0)))
+    adapter = jax.tree.unflatten(tree, [x + 0.05 for x in leaves])
+    card = {"acts_on": L.AFTER_PREFIX, "kind": "coder-adapter"}
+    return L.save_adapter(out, adapter, lora, base_sha256=loaded.sha256, card=card)
+
+
+def test_a_coder_adapter_gets_its_own_backend(tmp_path):
+    fixture = Path(__file__).resolve().parents[2] / "llm" / "fixtures" / "tiny_llama.gguf"
+    path = _shifted_adapter(fixture, tmp_path / "adapter")
+    config = LoopConfig(llm=f"gguf:{fixture}", k=1, rounds=1, coder_adapter=str(path))
+    loop = Loop(config, tmp_path / "run", progress=None)
+    assert loop.coder_backend is not loop.backend
+    assert loop.coder_backend.load().adapter.checksum == json.loads((path / "card.json").read_text())["checksum"]
+    assert loop.backend.load().adapter is None
+    assert LoopConfig.from_json(config.to_json()) == config
+    assert "coder-adapter" in run_name(config)
+
+
+@pytest.mark.slow  # two one-round runs of the embedded model (~2 min on 2 cores)
+def test_a_coder_adapter_answers_the_coders_prompts_only(tmp_path):
+    """With --coder-adapter the coder's replies come from the adapted model; the planner's stay the base's."""
+    from jaxarena.llm.weights import find_gguf
+
+    path = _shifted_adapter(find_gguf(), tmp_path / "adapter")
+    common = dict(llm="embedded", k=1, rounds=1, episodes_per_bot=2, lanes=8, max_tokens=8)
+    runs = {}
+    for name, extra in (("base", {}), ("tuned", {"coder_adapter": str(path)})):
+        Loop(LoopConfig(**common, **extra), tmp_path / name, progress=None).run()
+        runs[name] = {e["event"]: e for e in load_events(tmp_path / name)}
+    assert runs["tuned"]["plan"]["reply"] == runs["base"]["plan"]["reply"]
+    assert runs["tuned"]["code"]["reply"] != runs["base"]["code"]["reply"]

@@ -1,0 +1,1 @@
+"""Fine-tuning the coder's LLM on the squad-policy language: SFT on baselines and variants, then GRPO."""

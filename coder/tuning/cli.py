@@ -1,0 +1,136 @@
+"""`jaxarena-tune-coder`: fine-tune the coder's LLM on the squad-policy language (SFT, then GRPO), and measure it.
+
+    jaxarena-tune-coder train --method sft --out runs/coder-sft
+    jaxarena-tune-coder train --method grpo --init-from runs/coder-sft/adapter --out runs/coder-grpo
+    jaxarena-tune-coder evaluate --adapter runs/coder-sft/adapter --out runs/coder-sft/eval.json
+    jaxarena-coder --llm embedded --coder-adapter runs/coder-grpo/adapter   # the loop with the tuned coder
+
+`train` resumes: run the same command again after an interruption. The
+evaluation prompts are the held-out plans, never trained on. Errors are one
+line with what to do; `--debug` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from jaxarena.cli_errors import ArgumentParser, cli_main
+
+from .train import METHODS, CoderTuneConfig
+
+
+def _context(scenario: str, max_new_tokens: int, adapter: str | None = None):
+    """(generator, reference, task): the embedded model and the loop's coder context for `scenario`."""
+    from jaxarena import make
+    from jaxarena.llm.adapters import resolve_adapter
+    from jaxarena.llm.generate import GGUFGenerator
+
+    from ..language import reference_text
+    from ..prompts import task_information
+
+    _, params = make("Arena-v0", scenario=scenario)
+    generator = GGUFGenerator(
+        max_new_tokens=max_new_tokens,
+        batch_buckets=(1, 2, 4, 8),
+        suffix_buckets=(128, 256, 512),
+        adapter=resolve_adapter(adapter, kind="coder-adapter") if adapter else None,
+    )
+    return generator, reference_text(), task_information(params, scenario, 1000)
+
+
+def _split(args, out: Path):
+    from ..score_types import ScoreConfig
+    from .examples import build_examples
+
+    score_config = ScoreConfig(episodes_per_bot=args.filter_episodes, scenario=args.scenario, seed=args.seed)
+    return build_examples(out, held_out=args.held_out, seed=args.seed, score_config=score_config)
+
+
+def _train(args) -> None:
+    from ..prompts import coder_system
+    from .model import CoderModel
+    from .train import train_coder
+
+    config = CoderTuneConfig(
+        method=args.method,
+        steps=args.steps,
+        batch=args.batch,
+        lr=args.lr,
+        rank=args.rank,
+        eval_every=args.eval_every,
+        seed=args.seed,
+        scenario=args.scenario,
+        init_from=args.init_from,
+        group=args.group,
+        kl_coef=args.kl_coef,
+        temperature=args.temperature,
+        max_new_tokens=args.max_new_tokens,
+        episodes_per_bot=args.episodes_per_bot,
+    )
+    out = Path(args.out)
+    train, held, _ = _split(args, out)
+    print(f"{len(train)} training programs (after the filter), {len(held)} held-out plans")
+    generator, reference, task = _context(args.scenario, config.max_new_tokens)
+    model = CoderModel(generator, coder_system(reference, task))
+    adapter = train_coder(config, model, train, held, out, reference=reference, task=task)
+    print(f"adapter saved to {adapter}")
+
+
+def _evaluate(args) -> None:
+    from ..score_types import ScoreConfig
+    from .evaluate import evaluate_coder
+    from .examples import split, variants
+
+    _, held = split(variants(), args.held_out, args.seed)  # the plans only: nothing to score here
+    plans = [e.plan for e in held[: args.plans]]
+    generator, reference, task = _context(args.scenario, args.max_new_tokens, args.adapter)
+    score_config = ScoreConfig(episodes_per_bot=args.episodes_per_bot, scenario=args.scenario, seed=args.seed + 1)
+    summary, records = evaluate_coder(
+        generator, reference, task, plans, candidates=args.candidates, score_config=score_config
+    )
+    summary = {"adapter": args.adapter, "plans": len(plans), "candidates": args.candidates, **summary}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"summary": summary, "replies": records}, indent=1))
+    print(json.dumps(summary))
+
+
+def _common(p) -> None:
+    p.add_argument("--scenario", default="paper", help="the arena the programs are written for and scored on")
+    p.add_argument("--seed", type=int, default=0, help="seeds the split, the draws and the scoring")
+    p.add_argument("--held-out", type=float, default=0.25, help="share of the variants kept out of training")
+    p.add_argument("--filter-episodes", type=int, default=100, help="episodes per bot when filtering the variants")
+    p.add_argument("--max-new-tokens", type=int, default=448, help="reply length limit, in tokens")
+    p.add_argument("--episodes-per-bot", type=int, default=50, help="episodes per bot when scoring a reply")
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="jaxarena-tune-coder", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("train", help="SFT on the baselines and their variants, or GRPO on the game's reward")
+    t.add_argument("--method", choices=METHODS, default="sft")
+    t.add_argument("--out", required=True, help="run directory: examples, checkpoint, metrics, curves, adapter")
+    t.add_argument("--steps", type=int, default=60)
+    t.add_argument("--batch", type=int, default=2, help="SFT examples per step")
+    t.add_argument("--lr", type=float, default=1e-3)
+    t.add_argument("--rank", type=int, default=8)
+    t.add_argument("--eval-every", type=int, default=10, help="steps between logged points and checkpoints")
+    t.add_argument("--init-from", default=None, help="start from this adapter (a directory or a shipped name)")
+    t.add_argument("--group", type=int, default=4, help="GRPO: replies sampled per plan")
+    t.add_argument("--kl-coef", type=float, default=0.05, help="GRPO: weight of the exact KL to the base model")
+    t.add_argument("--temperature", type=float, default=0.7, help="GRPO: sampling temperature of the group")
+    _common(t)
+    e = sub.add_parser("evaluate", help="replies to the held-out plans: share with code, that ran, mean reward")
+    e.add_argument("--adapter", default=None, help="a coder adapter (directory or shipped name); none: stock")
+    e.add_argument("--out", required=True, help="JSON file for the summary and every reply")
+    e.add_argument("--plans", type=int, default=8, help="held-out plans to answer")
+    e.add_argument("--candidates", type=int, default=2, help="replies per plan (the loop's candidates 1..k)")
+    _common(e)
+    return parser
+
+
+@cli_main("jaxarena-tune-coder")
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    {"train": _train, "evaluate": _evaluate}[args.command](args)
+    return 0

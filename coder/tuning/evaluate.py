@@ -1,0 +1,73 @@
+"""How well a coder writes programs: replies to held-out plans, scored as the loop scores them.
+
+For each held-out plan, the coder writes `candidates` replies (the loop's
+own prompt, "candidate i of k", so each is sampled with its own key). Each
+reply is scored by `score_sources`: -1 without code, -0.5 when the sandbox,
+compiler or play refuses it, else its mean win rate. The summary gives the
+share of replies with code, the share that compiled and ran, the mean
+reward and the best program's win rate per bot.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from ..extract import extract_code
+from ..prompts import coder_prompt
+from ..score_types import Score, ScoreConfig
+from ..scoring import score_sources
+
+
+def coder_prompts(reference: str, task: str, plans: Sequence[str], candidates: int) -> list:
+    """The loop's coder prompts: every plan, candidates 1..k."""
+    return [coder_prompt(reference, task, plan, i, candidates) for plan in plans for i in range(1, candidates + 1)]
+
+
+def summarize(scores: Sequence[Score]) -> dict:
+    """Shares with code and that ran, the mean reward, and the best program's win rates."""
+    n = len(scores)
+    rewards = np.array([s.reward for s in scores], float)
+    best = max(scores, key=lambda s: s.reward) if scores else None
+    return {
+        "replies": n,
+        "with_code": float(np.mean([s.status != "no_code" for s in scores])) if n else 0.0,
+        "compiled": float(np.mean([s.status == "ok" for s in scores])) if n else 0.0,
+        "mean_reward": float(rewards.mean()) if n else 0.0,
+        "reward_ci95": float(1.96 * rewards.std(ddof=1) / np.sqrt(n)) if n > 1 else 0.0,
+        "best_reward": float(best.reward) if best else 0.0,
+        "best_win_rate": dict(best.win_rate) if best else {},
+    }
+
+
+def evaluate_coder(
+    generator,
+    reference: str,
+    task: str,
+    plans: Sequence[str],
+    *,
+    candidates: int,
+    score_config: ScoreConfig,
+    temperature: float = 0.7,
+    progress: Callable[[str], None] = print,
+) -> tuple[dict, list[dict]]:
+    """(summary, one record per reply) for `generator`'s replies to `plans`."""
+    prompts = coder_prompts(reference, task, plans, candidates)
+    t0 = time.perf_counter()
+    replies = generator.generate([(p.system, p.user) for p in prompts], temperature=temperature, top_p=0.95)
+    gen_s = time.perf_counter() - t0
+    progress(f"generated {len(replies)} replies in {gen_s:.0f} s; scoring")
+    sources = [extract_code(r.text) for r in replies]
+    scores = score_sources(sources, score_config)
+    summary = {
+        **summarize(scores),
+        "generate_s": round(gen_s, 1),
+        "tokens": int(sum(len(r.token_ids) for r in replies)),
+    }
+    records = [
+        {"user": p.user, "reply": r.text, "reward": s.reward, "status": s.status, "error": s.error}
+        for p, r, s in zip(prompts, replies, scores, strict=True)
+    ]
+    return summary, records
