@@ -119,5 +119,9 @@ def run_name(config: LoopConfig) -> str:
     llm = config.llm if config.backend_name != "gguf" else "gguf-" + Path(config.llm.partition(":")[2]).stem
     raw = f"{llm}-{model}-k{config.k}-s{config.seed}-{config.scenario}"
     if config.coder_adapter:
-        raw += "-coder-" + Path(config.coder_adapter.rstrip("/")).name
+        # The adapter's checksum, not its folder's name: runs/a/adapter and runs/b/adapter are other adapters.
+        # Resolving it here also refuses a missing adapter before any work.
+        from jaxarena.llm.adapters import adapter_checksum_of, resolve_adapter
+
+        raw += "-coder-" + adapter_checksum_of(resolve_adapter(config.coder_adapter, kind="coder-adapter"))[:12]
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", raw).strip("-").replace("--", "-")

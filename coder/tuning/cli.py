@@ -39,12 +39,12 @@ def _context(scenario: str, max_new_tokens: int, adapter: str | None = None):
     return generator, reference_text(), task_information(params, scenario, 1000)
 
 
-def _split(args, out: Path):
+def _split(config: CoderTuneConfig, out: Path):
     from ..score_types import ScoreConfig
     from .examples import build_examples
 
-    score_config = ScoreConfig(episodes_per_bot=args.filter_episodes, scenario=args.scenario, seed=args.seed)
-    return build_examples(out, held_out=args.held_out, seed=args.seed, score_config=score_config)
+    score_config = ScoreConfig(episodes_per_bot=config.filter_episodes, scenario=config.scenario, seed=config.seed)
+    return build_examples(out, held_out=config.held_out, seed=config.seed, score_config=score_config)
 
 
 def _train(args) -> None:
@@ -67,9 +67,15 @@ def _train(args) -> None:
         temperature=args.temperature,
         max_new_tokens=args.max_new_tokens,
         episodes_per_bot=args.episodes_per_bot,
+        held_out=args.held_out,
+        filter_episodes=args.filter_episodes,
     )
+    if args.init_from:  # before the filter's minutes of scoring
+        from jaxarena.llm.adapters import resolve_adapter
+
+        resolve_adapter(args.init_from, kind="coder-adapter")
     out = Path(args.out)
-    train, held, _ = _split(args, out)
+    train, held, _ = _split(config, out)
     print(f"{len(train)} training programs (after the filter), {len(held)} held-out plans")
     generator, reference, task = _context(args.scenario, config.max_new_tokens)
     model = CoderModel(generator, coder_system(reference, task))
@@ -82,8 +88,15 @@ def _evaluate(args) -> None:
     from .evaluate import evaluate_coder
     from .examples import split, variants
 
+    if args.plans < 1 or args.candidates < 1 or not 0.0 <= args.held_out < 1.0:
+        raise ValueError("--plans and --candidates must be >= 1 and --held-out in [0, 1)")
+    if Path(args.out).is_dir():
+        raise ValueError(f"--out {args.out} is a directory; give the JSON file to write")
     _, held = split(variants(), args.held_out, args.seed)  # the plans only: nothing to score here
-    plans = [e.plan for e in held[: args.plans]]
+    held = held[: args.plans]
+    if args.adapter:
+        _check_held_out(args.adapter, [e.name for e in held])
+    plans = [e.plan for e in held]
     generator, reference, task = _context(args.scenario, args.max_new_tokens, args.adapter)
     score_config = ScoreConfig(episodes_per_bot=args.episodes_per_bot, scenario=args.scenario, seed=args.seed + 1)
     summary, records = evaluate_coder(
@@ -95,13 +108,29 @@ def _evaluate(args) -> None:
     print(json.dumps(summary))
 
 
+def _check_held_out(adapter: str, names: list[str]) -> None:
+    """Refuse to score an adapter on plans it was trained on (its card lists its held-out examples)."""
+    from jaxarena.llm.adapters import resolve_adapter
+
+    card = json.loads((resolve_adapter(adapter, kind="coder-adapter") / "card.json").read_text())
+    kept_out = card.get("examples", {}).get("held_out")
+    trained = [n for n in names if isinstance(kept_out, list) and n not in kept_out]
+    if trained:
+        raise ValueError(
+            f"{adapter} was trained on {len(trained)} of these plans (e.g. {trained[0]}): "
+            "evaluate with the --seed and --held-out it was trained with"
+        )
+
+
 def _common(p) -> None:
     p.add_argument("--scenario", default="paper", help="the arena the programs are written for and scored on")
     p.add_argument("--seed", type=int, default=0, help="seeds the split, the draws and the scoring")
     p.add_argument("--held-out", type=float, default=0.25, help="share of the variants kept out of training")
     p.add_argument("--filter-episodes", type=int, default=100, help="episodes per bot when filtering the variants")
     p.add_argument("--max-new-tokens", type=int, default=448, help="reply length limit, in tokens")
-    p.add_argument("--episodes-per-bot", type=int, default=50, help="episodes per bot when scoring a reply")
+    p.add_argument(
+        "--episodes-per-bot", type=int, default=50, help="episodes per bot when scoring a reply (GRPO, evaluate)"
+    )
 
 
 def build_parser() -> ArgumentParser:
@@ -117,7 +146,7 @@ def build_parser() -> ArgumentParser:
     t.add_argument("--eval-every", type=int, default=10, help="steps between logged points and checkpoints")
     t.add_argument("--init-from", default=None, help="start from this adapter (a directory or a shipped name)")
     t.add_argument("--group", type=int, default=4, help="GRPO: replies sampled per plan")
-    t.add_argument("--kl-coef", type=float, default=0.05, help="GRPO: weight of the exact KL to the base model")
+    t.add_argument("--kl-coef", type=float, default=0.05, help="GRPO: weight of the exact KL to the run's start")
     t.add_argument("--temperature", type=float, default=0.7, help="GRPO: sampling temperature of the group")
     _common(t)
     e = sub.add_parser("evaluate", help="replies to the held-out plans: share with code, that ran, mean reward")

@@ -58,6 +58,9 @@ def evaluate_coder(
     t0 = time.perf_counter()
     replies = generator.generate([(p.system, p.user) for p in prompts], temperature=temperature, top_p=0.95)
     gen_s = time.perf_counter() - t0
+    failed = [r.error for r in replies if r.error]
+    if failed:
+        raise ValueError(f"the coder could not answer {len(failed)} of {len(replies)} prompts: {failed[0]}")
     progress(f"generated {len(replies)} replies in {gen_s:.0f} s; scoring")
     sources = [extract_code(r.text) for r in replies]
     scores = score_sources(sources, score_config)

@@ -6,8 +6,9 @@ plan is what a planner would have written for it: the baseline's tactic in
 its own words, then one sentence per change ("An NPC below 15 HP
 retreats."), then the constants to use. Each variant must pass the sandbox
 and compiler, and score no worse than the median of its baseline's family
-(`score_sources`); the rest are dropped, as SMAC-R1 filters generated code
-by the compiler and the game.
+(`score_sources`); the rest are dropped, as *SMAC-R1: The Emergence of
+Intelligence in Decision-Making Tasks* filters generated code by the
+compiler and the game.
 
 The prompt is the coder's own (`prompts.coder_prompt`), the reply one
 ```python block, so an SFT example is exactly what the loop asks and what a

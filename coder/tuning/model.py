@@ -12,7 +12,7 @@ more per sample, so the adapter acts only *after* the shared prefix:
   after-prefix` makes `GGUFGenerator` build its prefix cache from the base
   weights (`GGUFGenerator.use_adapter`), so what is trained is what plays.
 
-`reply_log_probs` is the one differentiable computation: the log-probability
+`CoderModel.log_probs` is the one differentiable computation: the log-probability
 of each reply token under the adapter, from one forward pass over the padded
 suffixes. SFT maximises it on reference programs; GRPO weights it by each
 reply's group-relative reward (`train`).
@@ -54,7 +54,7 @@ class CoderModel:
     """
 
     def __init__(self, generator: GGUFGenerator, system: str):
-        if generator.adapter is not None:
+        if generator.params is not generator.base_params:
             raise ValueError("CoderModel needs the base model's generator: it must run without an adapter")
         self.generator = generator
         self.cfg = generator.cfg

@@ -1,9 +1,12 @@
-"""SFT, then GRPO, of the coder's LoRA adapter: SMAC-R1's pipeline on the squad-policy language.
+"""SFT, then GRPO, of the coder's LoRA adapter: the pipeline of *SMAC-R1: The Emergence of Intelligence in
+Decision-Making Tasks* on the squad-policy language.
 
-    config = CoderTuneConfig(method="sft", steps=60)
-    train_coder(config, model, "runs/coder-sft")                        # learns the examples' programs
-    config = CoderTuneConfig(method="grpo", steps=10, init_from="runs/coder-sft/adapter")
-    train_coder(config, model, "runs/coder-grpo")                       # learns from the game's reward
+    config = CoderTuneConfig(method="sft", steps=30)
+    train_coder(config, model, train, held, "runs/coder-sft", reference=reference, task=task)
+    config = CoderTuneConfig(method="grpo", steps=8, init_from="runs/coder-sft/adapter")
+    train_coder(config, model, train, held, "runs/coder-grpo", reference=reference, task=task)
+
+(`train, held` from `examples.build_examples`; `jaxarena-tune-coder train` does all of it.)
 
 - **SFT** maximises the log-probability of the reference reply (one
   ```python block and the end of the turn) given the loop's coder prompt, on
@@ -71,6 +74,8 @@ class CoderTuneConfig:
     seed: int = 0
     scenario: str = "paper"
     init_from: str | None = None
+    held_out: float = 0.25  # the share of the variants kept out of training (`examples.split`)
+    filter_episodes: int = 100  # episodes per bot when the training variants are filtered
     # GRPO only: replies per plan, the KL weight, reply length, sampling temperature, episodes per bot.
     group: int = 4
     kl_coef: float = 0.05
@@ -81,7 +86,9 @@ class CoderTuneConfig:
     def __post_init__(self):
         if self.method not in METHODS:
             raise ValueError(f"unknown method {self.method!r}; choose from {', '.join(METHODS)}")
-        for name in ("steps", "batch", "eval_every", "group", "max_new_tokens", "episodes_per_bot"):
+        if not 0.0 <= self.held_out < 1.0:
+            raise ValueError(f"held_out must be in [0, 1), got {self.held_out}")
+        for name in ("steps", "batch", "eval_every", "group", "max_new_tokens", "episodes_per_bot", "filter_episodes"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.method == "grpo" and self.group < 2:
@@ -163,6 +170,8 @@ def train_coder(
         updates, s = optimizer.update(g, s, a)
         return optax.apply_updates(a, updates), s
 
+    if not train_examples:
+        raise ValueError("no training examples: the filter kept none, or --held-out keeps them all out")
     make = _sft_method if config.method == "sft" else _grpo_method
     run_step, evaluate = make(config, model, train_examples, held_out, reference, task, apply)
     if not history:
@@ -189,7 +198,7 @@ def train_coder(
         "method": config.method,
         "config": config.to_json(),
         "steps": step,
-        "examples": {"train": len(train_examples), "held_out": len(held_out)},
+        "examples": {"train": [e.name for e in train_examples], "held_out": [e.name for e in held_out]},
         "history": history,
     }
     return L.save_adapter(out / "adapter", adapter, config.lora, base_sha256=model.generator.sha256, card=card)
@@ -241,9 +250,7 @@ def _grpo_method(config, model, train_examples, held_out, reference, task, apply
     # The reference is where the run started (the SFT adapter for GRPO after SFT): the KL keeps what SFT taught,
     # where a KL to the stock model would pull back towards replies that do not compile.
     reference_adapter = _start_adapter(config, model)
-    ref_logp = jax.jit(
-        lambda base, pre, b: model._log_probs(base, reference_adapter, *pre, b, lora=lora, with_logits=True)[1]
-    )
+    ref_logp = jax.jit(lambda ref, base, pre, b: model._log_probs(base, ref, *pre, b, lora=lora, with_logits=True)[1])
     cache: dict = {}
 
     def run_step(adapter, opt_state, step):
@@ -254,7 +261,7 @@ def _grpo_method(config, model, train_examples, held_out, reference, task, apply
         total, losses, kls = None, [], []
         for pair, advantage in zip(record["pairs"], record["advantages"], strict=True):
             batch = model.batch([pair], append_end=False)
-            ref = ref_logp(model.base, prefix, batch)
+            ref = ref_logp(reference_adapter, model.base, prefix, batch)
             (loss, aux), g = grad(adapter, model.base, prefix, batch, jnp.asarray([advantage]), ref)
             total = g if total is None else jax.tree.map(jnp.add, total, g)
             losses.append(float(loss))
@@ -278,11 +285,16 @@ def _grpo_step(config, model, lora, adapter, examples, step, reference, task, ca
     prompts = coder_prompts(reference, task, [examples[i].plan], config.group)
     gen = model.generator
     gen.use_adapter(adapter, lora, after_prefix=True)
+    seed = gen.seed
     gen.seed = config.seed * 100_003 + step  # a fresh draw per step, the same on resume
     try:
         replies = gen.generate([(p.system, p.user) for p in prompts], temperature=config.temperature, top_p=0.95)
     finally:
         gen.use_adapter(None)
+        gen.seed = seed
+    failed = [r.error for r in replies if r.error]
+    if failed:
+        raise ValueError(f"the coder could not answer {len(failed)} of {len(replies)} prompts: {failed[0]}")
     score_config = ScoreConfig(episodes_per_bot=config.episodes_per_bot, scenario=config.scenario, seed=config.seed)
     scores = score_sources([extract_code(r.text) for r in replies], score_config, cache)
     rewards = np.array([s.reward for s in scores], np.float32)

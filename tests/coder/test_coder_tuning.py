@@ -151,9 +151,9 @@ def test_a_generator_loading_an_after_prefix_adapter_builds_its_prefix_from_the_
         loaded, dtype=jnp.float32, max_new_tokens=4, batch_buckets=(1,), suffix_buckets=(64,), adapter=path
     )
     ids = tuple(tuned.tokenizer.encode(tuned.tokenizer.prefix(SYSTEM)))
-    np.testing.assert_array_equal(
-        np.asarray(tuned.prefix_cache(ids).k[0]), np.asarray(tiny_generator.prefix_cache(ids).k[0])
-    )
+    tuned_cache, base_cache = tuned.prefix_cache(ids), tiny_generator.prefix_cache(ids)
+    for got, want in zip((*tuned_cache.k, *tuned_cache.v), (*base_cache.k, *base_cache.v), strict=True):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     assert L.acts_after_prefix(tuned.adapter)
 
 
@@ -229,12 +229,14 @@ def test_the_config_refuses_bad_values():
         CoderTuneConfig(method="grpo", group=1)
     with pytest.raises(ValueError, match="steps must be >= 1"):
         CoderTuneConfig(steps=0)
+    with pytest.raises(ValueError, match="held_out must be in"):
+        CoderTuneConfig(held_out=1.0)
 
 
-def test_the_cli_refuses_a_missing_adapter_in_one_line(capsys):
+def test_the_cli_refuses_a_missing_adapter_in_one_line(capsys, tmp_path):
     from jaxarena.coder.tuning.cli import main
 
-    assert main(["evaluate", "--adapter", "no-such-adapter", "--out", "/tmp/x.json"]) == 2
+    assert main(["evaluate", "--adapter", "no-such-adapter", "--out", str(tmp_path / "x.json")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("jaxarena-tune-coder: error:") and "no-such-adapter" in err and err.count("\n") == 1
 
@@ -276,3 +278,43 @@ def test_the_shipped_coder_adapter_answers_a_held_out_plan_with_a_program_that_c
     code = extract_code(reply.text)
     assert code is not None, reply.text
     compile_program(code)  # raises ProgramError if the sandbox or the compiler refuses it
+
+
+def test_evaluate_refuses_plans_the_adapter_was_trained_on(capsys, tmp_path):
+    from jaxarena.coder.tuning.cli import main
+
+    # The shipped adapter was trained with seed 0; seed 5 holds out other variants, some of them trained on.
+    assert main(["evaluate", "--adapter", "smollm2-coder-sft", "--seed", "5", "--out", str(tmp_path / "e.json")]) == 2
+    err = capsys.readouterr().err
+    assert "was trained on" in err and err.count("\n") == 1
+
+
+def test_a_grpo_step_learns_from_unequal_rewards_skips_equal_ones_and_leaves_the_generator_as_it_was(
+    tiny_generator, monkeypatch
+):
+    from jaxarena.coder.score_types import Score
+    from jaxarena.coder.tuning import train as T
+    from jaxarena.llm.types import Prompt
+
+    model = CoderModel(tiny_generator, SYSTEM)
+    # The loop's coder prompt does not fit the tiny model's 512-token context: a short one, candidates 1..k.
+    monkeypatch.setattr(
+        T, "coder_prompts", lambda r, t, plans, k: [Prompt(SYSTEM, f"{p} #{i}") for p in plans for i in range(k)]
+    )
+    config = CoderTuneConfig(method="grpo", group=2, rank=4, lr=1e-2, max_new_tokens=12)
+    examples = [X.Example("e", "f", "plan e", "def policy(obs):\n    return MELEE")]
+    rewards = {"now": [0.9, -1.0]}
+    monkeypatch.setattr(T, "score_sources", lambda sources, *a, **k: [Score(r, "ok") for r in rewards["now"]])
+    apply = jax.jit(lambda a, s, g: (jax.tree.map(lambda x, d: x - 0.5 * d, a, g), s))
+    run_step, _ = T._grpo_method(config, model, examples, [], "ref", "task", apply)
+    adapter = L.init_adapter(model.cfg, config.lora, jax.random.key(0))
+    seed_before = tiny_generator.seed
+    stepped, _, stats = run_step(adapter, None, 0)
+    assert stats["mean_reward"] == pytest.approx(-0.05) and "loss" in stats
+    assert tiny_generator.params is tiny_generator.base_params and tiny_generator.seed == seed_before
+    changed = jax.tree.leaves(jax.tree.map(lambda a, b: bool(jnp.any(a != b)), adapter, stepped))
+    assert any(changed)
+    rewards["now"] = [0.5, 0.5]  # no advantage: the adapter is returned as it was
+    same, _, stats = run_step(stepped, None, 1)
+    assert "loss" not in stats
+    chex.assert_trees_all_equal(same, stepped)

@@ -309,6 +309,8 @@ def _shifted_adapter(gguf, out):
 
 
 def test_a_coder_adapter_gets_its_own_backend(tmp_path):
+    from jaxarena.llm import lora as L
+
     fixture = Path(__file__).resolve().parents[2] / "llm" / "fixtures" / "tiny_llama.gguf"
     path = _shifted_adapter(fixture, tmp_path / "adapter")
     config = LoopConfig(llm=f"gguf:{fixture}", k=1, rounds=1, coder_adapter=str(path))
@@ -317,7 +319,10 @@ def test_a_coder_adapter_gets_its_own_backend(tmp_path):
     assert loop.coder_backend.load().adapter.checksum == json.loads((path / "card.json").read_text())["checksum"]
     assert loop.backend.load().adapter is None
     assert LoopConfig.from_json(config.to_json()) == config
-    assert "coder-adapter" in run_name(config)
+    checksum = json.loads((path / "card.json").read_text())["checksum"]
+    assert run_name(config).endswith("-coder-" + checksum[:12])
+    with pytest.raises(L.AdapterError, match="not found"):
+        run_name(LoopConfig(llm=f"gguf:{fixture}", coder_adapter=str(tmp_path / "missing")))
 
 
 @pytest.mark.slow  # two one-round runs of the embedded model (~2 min on 2 cores)
