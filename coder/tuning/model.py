@@ -63,7 +63,9 @@ class CoderModel:
         self.base = generator.base_params
         self.prefix_ids = tuple(generator.tokenizer.encode(generator.tokenizer.prefix(system)))
         self.prefix = generator.prefix_cache(self.prefix_ids)
-        self._log_probs = jax.jit(partial(_reply_log_probs, self.cfg), static_argnames=("lora", "with_logits"))
+        self._log_probs = jax.jit(
+            partial(_reply_log_probs, self.cfg), static_argnames=("lora", "with_logits", "temperature")
+        )
 
     def suffix_ids(self, user: str) -> list[int]:
         """The prompt's token ids after the shared prefix (the user turn and the assistant opening)."""
@@ -111,7 +113,9 @@ class CoderModel:
         return self._log_probs(self.base, adapter, *self.prefix_arrays(), batch, lora=lora, with_logits=with_logits)
 
 
-def _reply_log_probs(cfg, base, adapter, pk, pv, p_valid, p_len, batch: Batch, *, lora, with_logits=False, remat=True):
+def _reply_log_probs(
+    cfg, base, adapter, pk, pv, p_valid, p_len, batch: Batch, *, lora, with_logits=False, remat=True, temperature=1.0
+):
     """Differentiable in `adapter`: the target tokens' log-probs (B, S), masked to the reply.
 
     With `with_logits`, also the (B, S, V) log-softmax, for the exact KL to a reference. `remat`
@@ -124,7 +128,9 @@ def _reply_log_probs(cfg, base, adapter, pk, pv, p_valid, p_len, batch: Batch, *
     causal = jnp.tril(jnp.ones((S, S), bool))
     o_mask = causal[None] & jnp.asarray(batch.valid)[:, None, :]
     x, _, _ = M.layers_forward(cfg, params, M.embed(params, tokens), positions, pk, pv, p_valid, o_mask, remat=remat)
-    logp = jax.nn.log_softmax(M.lm_head(cfg, params, x), axis=-1)
+    # At a sampling temperature T the policy that wrote a reply is softmax(logits / T): GRPO's gradient is
+    # on-policy only for that distribution (top-k and top-p's truncation aside).
+    logp = jax.nn.log_softmax(M.lm_head(cfg, params, x) / temperature, axis=-1)
     target_lp = jnp.take_along_axis(logp, jnp.asarray(batch.targets)[..., None], axis=-1)[..., 0]
     target_lp = jnp.where(jnp.asarray(batch.reply), target_lp, 0.0)
     return (target_lp, logp) if with_logits else target_lp

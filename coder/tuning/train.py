@@ -18,7 +18,8 @@ Decision-Making Tasks* on the squad-policy language.
   current adapter (the loop's prompt, candidates 1..G, at `temperature`),
   scores each as the loop does (`score_sources`: -1 no code, -0.5 refused,
   else the win rate over `episodes_per_bot` episodes per bot), and takes one
-  Adam step on -A_i * (mean log-probability of reply i's tokens) plus
+  Adam step on -A_i * (mean log-probability of reply i's tokens, under the
+  model's softmax at the sampling temperature, the policy that wrote them) plus
   `kl_coef` times the exact KL, over the whole vocabulary at each reply
   position, to the run's starting model (`init_from`, else the base model).
   A_i is the reward's group-relative advantage. With one step per group the
@@ -109,9 +110,11 @@ def sft_loss(model: CoderModel, lora: L.LoraConfig, adapter, base, prefix, batch
     return -lp.sum() / jnp.maximum(batch.reply.sum(), 1)
 
 
-def grpo_loss(model, lora, kl_coef, adapter, base, prefix, batch, advantages, ref_logp) -> tuple[jax.Array, dict]:
+def grpo_loss(
+    model, lora, kl_coef, adapter, base, prefix, batch, advantages, ref_logp, temperature=1.0
+) -> tuple[jax.Array, dict]:
     """-A_i * mean log-prob of reply i, plus kl_coef * the exact per-token KL to the reference, averaged."""
-    lp, logp = model._log_probs(base, adapter, *prefix, batch, lora=lora, with_logits=True)
+    lp, logp = model._log_probs(base, adapter, *prefix, batch, lora=lora, with_logits=True, temperature=temperature)
     mask = jnp.asarray(batch.reply)
     n = jnp.maximum(mask.sum(-1), 1)
     mean_lp = lp.sum(-1) / n
@@ -243,14 +246,19 @@ def _grpo_method(config, model, train_examples, held_out, reference, task, apply
     lora, prefix = config.lora, model.prefix_arrays()
     grad = jax.jit(
         jax.value_and_grad(
-            lambda a, base, pre, b, adv, ref: grpo_loss(model, lora, config.kl_coef, a, base, pre, b, adv, ref),
+            lambda a, base, pre, b, adv, ref: grpo_loss(
+                model, lora, config.kl_coef, a, base, pre, b, adv, ref, config.temperature
+            ),
             has_aux=True,
         )
     )
     # The reference is where the run started (the SFT adapter for GRPO after SFT): the KL keeps what SFT taught,
     # where a KL to the stock model would pull back towards replies that do not compile.
     reference_adapter = _start_adapter(config, model)
-    ref_logp = jax.jit(lambda ref, base, pre, b: model._log_probs(base, ref, *pre, b, lora=lora, with_logits=True)[1])
+    t = config.temperature  # the policy that sampled the group: the model's softmax at this temperature
+    ref_logp = jax.jit(
+        lambda ref, base, pre, b: model._log_probs(base, ref, *pre, b, lora=lora, with_logits=True, temperature=t)[1]
+    )
     cache: dict = {}
 
     def run_step(adapter, opt_state, step):

@@ -318,3 +318,16 @@ def test_a_grpo_step_learns_from_unequal_rewards_skips_equal_ones_and_leaves_the
     same, _, stats = run_step(stepped, None, 1)
     assert "loss" not in stats
     chex.assert_trees_all_equal(same, stepped)
+
+
+def test_log_probs_at_a_temperature_are_those_of_the_tempered_softmax(tiny_generator):
+    model = CoderModel(tiny_generator, SYSTEM)
+    batch = model.batch([("Plan: rush.", "def policy(obs):\n    return MELEE")])
+    _, plain = model.log_probs(None, None, batch, with_logits=True)
+    hot = model._log_probs(model.base, None, *model.prefix_arrays(), batch, lora=None, temperature=2.0)
+    logits = np.asarray(plain)  # a log-softmax is the logits up to a per-position constant
+    expected = np.take_along_axis(np.asarray(jax.nn.log_softmax(logits / 2.0, -1)), batch.targets[..., None], -1)[
+        ..., 0
+    ]
+    np.testing.assert_allclose(np.asarray(hot)[batch.reply], expected[batch.reply], atol=1e-5)
+    assert not np.allclose(np.asarray(hot)[batch.reply], np.asarray(model.log_probs(None, None, batch))[batch.reply])
