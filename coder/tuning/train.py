@@ -159,7 +159,7 @@ def train_coder(
     """Run (or resume) `config` in `out`; returns the saved adapter's directory."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    adapter = _start_adapter(config, model)
+    start = adapter = _start_adapter(config, model)
     optimizer = optax.adam(config.lr)
     opt_state = optimizer.init(adapter)
     step, history = 0, []
@@ -176,7 +176,7 @@ def train_coder(
     if not train_examples:
         raise ValueError("no training examples: the filter kept none, or --held-out keeps them all out")
     make = _sft_method if config.method == "sft" else _grpo_method
-    run_step, evaluate = make(config, model, train_examples, held_out, reference, task, apply)
+    run_step, evaluate = make(config, model, train_examples, held_out, reference, task, apply, start)
     if not history:
         history.append({"step": 0, **evaluate(adapter)})
     t0, since = time.perf_counter(), []
@@ -220,7 +220,7 @@ def _start_adapter(config: CoderTuneConfig, model: CoderModel):
     return loaded.adapter
 
 
-def _sft_method(config, model, train_examples, held_out, reference, task, apply):
+def _sft_method(config, model, train_examples, held_out, reference, task, apply, start):
     """(step, evaluate) for SFT: a drawn batch of examples per step; held-out NLL per reply token."""
     lora, prefix = config.lora, model.prefix_arrays()
     grad = jax.jit(jax.value_and_grad(lambda a, base, pre, b: sft_loss(model, lora, a, base, pre, b)))
@@ -241,8 +241,11 @@ def _sft_method(config, model, train_examples, held_out, reference, task, apply)
     return run_step, evaluate
 
 
-def _grpo_method(config, model, train_examples, held_out, reference, task, apply):
-    """(step, evaluate) for GRPO: a sampled, scored group per step; its statistics are the curve."""
+def _grpo_method(config, model, train_examples, held_out, reference, task, apply, start):
+    """(step, evaluate) for GRPO: a sampled, scored group per step; its statistics are the curve.
+
+    `start` is the adapter the run began from (loaded once by `train_coder`), the KL's reference.
+    """
     lora, prefix = config.lora, model.prefix_arrays()
     grad = jax.jit(
         jax.value_and_grad(
@@ -254,7 +257,7 @@ def _grpo_method(config, model, train_examples, held_out, reference, task, apply
     )
     # The reference is where the run started (the SFT adapter for GRPO after SFT): the KL keeps what SFT taught,
     # where a KL to the stock model would pull back towards replies that do not compile.
-    reference_adapter = _start_adapter(config, model)
+    reference_adapter = start
     t = config.temperature  # the policy that sampled the group: the model's softmax at this temperature
     ref_logp = jax.jit(
         lambda ref, base, pre, b: model._log_probs(base, ref, *pre, b, lora=lora, with_logits=True, temperature=t)[1]

@@ -306,8 +306,8 @@ def test_a_grpo_step_learns_from_unequal_rewards_skips_equal_ones_and_leaves_the
     rewards = {"now": [0.9, -1.0]}
     monkeypatch.setattr(T, "score_sources", lambda sources, *a, **k: [Score(r, "ok") for r in rewards["now"]])
     apply = jax.jit(lambda a, s, g: (jax.tree.map(lambda x, d: x - 0.5 * d, a, g), s))
-    run_step, _ = T._grpo_method(config, model, examples, [], "ref", "task", apply)
     adapter = L.init_adapter(model.cfg, config.lora, jax.random.key(0))
+    run_step, _ = T._grpo_method(config, model, examples, [], "ref", "task", apply, adapter)
     seed_before = tiny_generator.seed
     stepped, _, stats = run_step(adapter, None, 0)
     assert stats["mean_reward"] == pytest.approx(-0.05) and "loss" in stats
