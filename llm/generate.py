@@ -355,7 +355,16 @@ class GGUFGenerator:
 
     # ------------------------------------------------------------ reference
     def full_logits(self, system: str, user: str) -> np.ndarray:
-        """Next-token logits (V,) from the plain, uncached forward (reference path)."""
+        """Next-token logits (V,) from the plain, uncached forward (reference path).
+
+        One set of weights runs the whole prompt, so an adapter that acts only
+        after the prefix has no such path here: it is refused.
+        """
+        if self._prefix_params is not self.params:
+            raise ValueError(
+                "full_logits runs every token through one set of weights; an adapter that acts after the "
+                "prefix (a coder adapter) has its reference path in jaxarena.coder.tuning.model"
+            )
         ids = self.tokenizer.encode(self.tokenizer.render(system, user))
         T = bucket(len(ids), (64, 128, 256, 512, 1024, 2048)) or len(ids)
         toks = np.zeros((1, T), np.int32)

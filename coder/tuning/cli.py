@@ -13,6 +13,7 @@ line with what to do; `--debug` shows the traceback.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from jaxarena.cli_errors import ArgumentParser, cli_main
@@ -161,5 +162,10 @@ def build_parser() -> ArgumentParser:
 @cli_main("jaxarena-tune-coder")
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    {"train": _train, "evaluate": _evaluate}[args.command](args)
+    try:
+        {"train": _train, "evaluate": _evaluate}[args.command](args)
+    except KeyboardInterrupt:  # a checkpointed run is not an error: say how to go on, without a traceback
+        again = "; run the same command again to resume" if args.command == "train" else ""
+        print(f"jaxarena-tune-coder: interrupted{again}", file=sys.stderr)
+        return 130
     return 0

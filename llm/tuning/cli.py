@@ -235,7 +235,12 @@ def main(argv=None) -> int:
         from ..preflight import preflight
 
         preflight(EmbeddedBackend())
-    args.fn(args)
+    try:
+        args.fn(args)
+    except KeyboardInterrupt:  # `data` and `train` checkpoint as they go: say how to go on, without a traceback
+        again = "; run the same command again to resume" if args.fn in (_data, _train) else ""
+        print(f"jaxarena-tune-llm: interrupted{again}", file=sys.stderr)
+        return 130
     return 0
 
 

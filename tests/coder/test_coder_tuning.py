@@ -155,6 +155,11 @@ def test_a_generator_loading_an_after_prefix_adapter_builds_its_prefix_from_the_
     for got, want in zip((*tuned_cache.k, *tuned_cache.v), (*base_cache.k, *base_cache.v), strict=True):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     assert L.acts_after_prefix(tuned.adapter)
+    with pytest.raises(ValueError, match="acts after the prefix"):
+        tuned.full_logits(SYSTEM, "Plan: kite the bot with orbs.")  # its one-weights reference path would be wrong
+    tiny_generator.use_adapter(adapter, lora)  # an adapter on every token has that path
+    assert np.isfinite(tiny_generator.full_logits(SYSTEM, "Plan: kite.")).all()
+    tiny_generator.use_adapter(None)
 
 
 # --- the losses and the trainer ----------------------------------------------------------------------
@@ -239,6 +244,18 @@ def test_the_cli_refuses_a_missing_adapter_in_one_line(capsys, tmp_path):
     assert main(["evaluate", "--adapter", "no-such-adapter", "--out", str(tmp_path / "x.json")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("jaxarena-tune-coder: error:") and "no-such-adapter" in err and err.count("\n") == 1
+
+
+def test_an_interrupted_train_says_how_to_resume_without_a_traceback(capsys, monkeypatch, tmp_path):
+    from jaxarena.coder.tuning import cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_train", interrupted)
+    assert cli.main(["train", "--out", str(tmp_path)]) == 130
+    err = capsys.readouterr().err
+    assert err == "jaxarena-tune-coder: interrupted; run the same command again to resume\n"
 
 
 def test_an_adapter_for_the_other_job_is_refused_by_name(tiny_generator, tmp_path):

@@ -150,3 +150,17 @@ def test_the_command_refuses_an_empty_episode_count_in_one_line(tmp_path, capsys
         err = capsys.readouterr().err.strip()
         assert err == f"jaxarena-tune-llm: error: {flag} must be at least 1, got 0"
     assert not any(tmp_path.iterdir())
+
+
+def test_an_interrupted_command_says_whether_it_resumes_without_a_traceback(tmp_path, capsys, monkeypatch):
+    from jaxarena.llm.tuning import cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_history_bound", interrupted)  # plays tag tables: nothing to resume
+    assert cli.main(["history-bound", "--out", str(tmp_path)]) == 130
+    assert capsys.readouterr().err == "jaxarena-tune-llm: interrupted\n"
+    monkeypatch.setattr(cli, "_data", interrupted)  # the dataset is written as it goes
+    assert cli.main(["data", "--out", str(tmp_path)]) == 130
+    assert capsys.readouterr().err == "jaxarena-tune-llm: interrupted; run the same command again to resume\n"
