@@ -3,6 +3,7 @@
     jaxarena-tune-coder train --method sft --out runs/coder-sft
     jaxarena-tune-coder train --method grpo --init-from runs/coder-sft/adapter --out runs/coder-grpo
     jaxarena-tune-coder evaluate --adapter runs/coder-sft/adapter --out runs/coder-sft/eval.json
+    jaxarena-tune-coder compare runs/coder-sft/eval.json runs/coder-grpo/eval.json   # reply by reply
     jaxarena-coder --llm embedded --coder-adapter runs/coder-grpo/adapter   # the loop with the tuned coder
 
 `train` resumes: run the same command again after an interruption. The
@@ -109,6 +110,13 @@ def _evaluate(args) -> None:
     print(json.dumps(summary))
 
 
+def _compare(args) -> None:
+    from .evaluate import paired_comparison
+
+    before, after = (json.loads(Path(path).read_text())["replies"] for path in (args.before, args.after))
+    print(json.dumps(paired_comparison(before, after)))
+
+
 def _check_held_out(adapter: str, names: list[str]) -> None:
     """Refuse to score an adapter on plans it was trained on (its card lists its held-out examples)."""
     from jaxarena.llm.adapters import resolve_adapter
@@ -156,6 +164,9 @@ def build_parser() -> ArgumentParser:
     e.add_argument("--plans", type=int, default=8, help="held-out plans to answer")
     e.add_argument("--candidates", type=int, default=2, help="replies per plan (the loop's candidates 1..k)")
     _common(e)
+    c = sub.add_parser("compare", help="two evaluations of the same prompts, reply by reply: the paired difference")
+    c.add_argument("before", help="an `evaluate` JSON file")
+    c.add_argument("after", help="an `evaluate` JSON file of the same prompts")
     return parser
 
 
@@ -163,7 +174,7 @@ def build_parser() -> ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        {"train": _train, "evaluate": _evaluate}[args.command](args)
+        {"train": _train, "evaluate": _evaluate, "compare": _compare}[args.command](args)
     except KeyboardInterrupt:  # a checkpointed run is not an error: say how to go on, without a traceback
         again = "; run the same command again to resume" if args.command == "train" else ""
         print(f"jaxarena-tune-coder: interrupted{again}", file=sys.stderr)

@@ -6,6 +6,10 @@ reply is scored by `score_sources`: -1 without code, -0.5 when the sandbox,
 compiler or play refuses it, else its mean win rate. The summary gives the
 share of replies with code, the share that compiled and ran, the mean
 reward and the best program's win rate per bot.
+
+Two evaluations of the same prompts (same plans, candidates and seed, so
+the same episodes score each program) compare reply by reply:
+`paired_comparison`.
 """
 
 from __future__ import annotations
@@ -74,3 +78,40 @@ def evaluate_coder(
         for p, r, s in zip(prompts, replies, scores, strict=True)
     ]
     return summary, records
+
+
+def paired_comparison(before: Sequence[dict], after: Sequence[dict]) -> dict:
+    """After minus before, reply by reply, for two evaluations' records of the same prompts.
+
+    The difference in mean reward has a 95% t-interval over the paired
+    replies and a Wilcoxon signed-rank p-value (ties, equal rewards, dropped).
+    """
+    from scipy import stats
+
+    if [r["user"] for r in before] != [r["user"] for r in after]:
+        raise ValueError(
+            "the two evaluations answered different prompts: evaluate both with the same --plans, --candidates, "
+            "--seed and --held-out"
+        )
+    n = len(before)
+    if n < 2:
+        raise ValueError(f"a paired comparison needs at least 2 replies, got {n}")
+    a, b = (np.array([r["reward"] for r in rs], float) for rs in (before, after))
+    diff = b - a
+    half = float(stats.t.ppf(0.975, n - 1) * diff.std(ddof=1) / np.sqrt(n))
+    changed = diff != 0
+    p = float(stats.wilcoxon(diff[changed]).pvalue) if changed.sum() >= 1 else 1.0
+    ran = [sum(r["status"] == "ok" for r in rs) for rs in (before, after)]
+    return {
+        "replies": n,
+        "ran_before": ran[0],
+        "ran_after": ran[1],
+        "mean_reward_before": float(a.mean()),
+        "mean_reward_after": float(b.mean()),
+        "difference": float(diff.mean()),
+        "difference_ci95": [float(diff.mean()) - half, float(diff.mean()) + half],
+        "wilcoxon_p": p,
+        "better": int((diff > 0).sum()),
+        "worse": int((diff < 0).sum()),
+        "same": int((~changed).sum()),
+    }

@@ -258,6 +258,36 @@ def test_an_interrupted_train_says_how_to_resume_without_a_traceback(capsys, mon
     assert err == "jaxarena-tune-coder: interrupted; run the same command again to resume\n"
 
 
+def _records(rewards, users=None):
+    users = users or [f"plan {i // 2}, candidate {i % 2 + 1}" for i in range(len(rewards))]
+    return [
+        {"user": u, "reply": "", "reward": r, "status": "ok" if r > -0.5 else "error", "error": None}
+        for u, r in zip(users, rewards, strict=True)
+    ]
+
+
+def test_the_paired_comparison_matches_replies_to_the_same_prompts(tmp_path, capsys):
+    from jaxarena.coder.tuning.cli import main
+    from jaxarena.coder.tuning.evaluate import paired_comparison
+
+    before = _records([-0.5, -0.5, 0.2, 0.6, 0.6, 0.1])
+    after = _records([0.4, -0.5, 0.3, 0.6, 0.5, 0.6])
+    got = paired_comparison(before, after)
+    diff = np.array([0.9, 0.0, 0.1, 0.0, -0.1, 0.5])
+    assert got["difference"] == pytest.approx(diff.mean())
+    low, high = got["difference_ci95"]
+    assert low < diff.mean() < high and high - low == pytest.approx(2 * 2.5706 * diff.std(ddof=1) / np.sqrt(6), 1e-3)
+    assert (got["better"], got["worse"], got["same"]) == (3, 1, 2)
+    assert (got["ran_before"], got["ran_after"]) == (4, 5)
+    assert 0.0 < got["wilcoxon_p"] <= 1.0
+    with pytest.raises(ValueError, match="different prompts"):
+        paired_comparison(before, _records([0.0] * 6, users=[f"other {i}" for i in range(6)]))
+    for name, records in (("a.json", before), ("b.json", after)):
+        (tmp_path / name).write_text(json.dumps({"summary": {}, "replies": records}))
+    assert main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
+    assert json.loads(capsys.readouterr().out) == got
+
+
 def test_an_adapter_for_the_other_job_is_refused_by_name(tiny_generator, tmp_path):
     from jaxarena.llm.adapters import resolve_adapter
 
