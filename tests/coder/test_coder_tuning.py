@@ -158,8 +158,10 @@ def test_a_generator_loading_an_after_prefix_adapter_builds_its_prefix_from_the_
     with pytest.raises(ValueError, match="acts after the prefix"):
         tuned.full_logits(SYSTEM, "Plan: kite the bot with orbs.")  # its one-weights reference path would be wrong
     tiny_generator.use_adapter(adapter, lora)  # an adapter on every token has that path
-    assert np.isfinite(tiny_generator.full_logits(SYSTEM, "Plan: kite.")).all()
-    tiny_generator.use_adapter(None)
+    try:
+        assert np.isfinite(tiny_generator.full_logits(SYSTEM, "Plan: kite.")).all()
+    finally:
+        tiny_generator.use_adapter(None)  # the generator is shared by this module's tests
 
 
 # --- the losses and the trainer ----------------------------------------------------------------------
