@@ -1,29 +1,35 @@
 """The coder's tuning step against its forward pass, in one run (`jaxarena.coder.tuning`).
 
     python benchmarks/coder_tuning.py               # SmolLM2-135M, the coder's real 2.6 k-token system prompt
+    python benchmarks/coder_tuning.py --batch 2     # the trainer's default batch
 
-Lines (JSON): the forward over one reply's suffix (log-probs of its tokens,
-attending to the base model's prefix cache), the SFT step with each block
-recomputed in the backward (`remat`, what training runs), and the same step
-keeping every activation (`keep`, with its peak resident memory reported by
-the process). The summary gives `backward_over_forward`: (step - forward) /
-forward for the step training runs.
+Lines (JSON): the forward over the suffixes (log-probs of the reply tokens,
+attending to the base model's prefix cache), the SFT step that training runs
+(every block's activations kept) and the same step recomputing each block in
+the backward (`remat`). The process keeps freed memory and shares one malloc
+arena between threads, as `jaxarena-tune-coder train` does
+(`jaxarena.host_memory`); `--system-malloc` leaves glibc's allocator as it
+is, to compare the two in back-to-back runs. The summary gives
+`backward_over_forward`, (step - forward) / forward, for the step training runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import time
 
 import jax
-import numpy as np
 import optax
+
+HOST_MEMORY_OPT_OUT = "JAXARENA_SYSTEM_MALLOC"  # jaxarena.host_memory.OPT_OUT, set before jaxarena is imported
 
 
 def timed(fn, repeats: int) -> float:
-    jax.block_until_ready(fn())  # compile
+    """Best of `repeats` + 1 calls (the first compiles when the program is new)."""
+    jax.block_until_ready(fn())
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -35,12 +41,19 @@ def timed(fn, repeats: int) -> float:
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rank", type=int, default=8)
-    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=2, help="timed calls of each program, after one untimed")
+    p.add_argument("--system-malloc", action="store_true", help="leave glibc's allocator settings as they are")
     p.add_argument("--baseline", default="surround_strike", help="the reply: a white-box baseline's program")
-    p.add_argument("--no-keep", action="store_true", help="skip the step that keeps every activation (~10 GB)")
+    p.add_argument("--batch", type=int, default=1, help="copies of the example per step")
+    p.add_argument("--no-remat", action="store_true", help="skip the step that recomputes each block")
     args = p.parse_args()
 
-    from jaxarena import make
+    if args.system_malloc:
+        os.environ[HOST_MEMORY_OPT_OUT] = "1"  # read by `import jaxarena`
+    from jaxarena import host_memory, make
+
+    if not args.system_malloc:  # as `jaxarena-tune-coder train` runs, before JAX starts its threads
+        host_memory.keep_freed_memory(one_arena=True)
     from jaxarena.coder.language import BASELINES, reference_text
     from jaxarena.coder.prompts import coder_system, task_information
     from jaxarena.coder.tuning import model as CM
@@ -54,46 +67,48 @@ def main():
     model = CM.CoderModel(GGUFGenerator(max_new_tokens=8), coder_system(reference, task))
     source = BASELINES[args.baseline]
     example = Example(args.baseline, args.baseline, plan_text(*tactic_of(source), [], {}), source)
-    batch = model.batch([(e_user(example, reference, task), example.reply)])
+    batch = model.batch([(e_user(example, reference, task), example.reply)] * args.batch)
     lora = L.LoraConfig(rank=args.rank)
     adapter = L.init_adapter(model.cfg, lora, jax.random.key(0))
     pre = model.prefix_arrays()
     tokens = int(batch.valid.sum())
     base = {"prefix_tokens": model.prefix.length, "suffix_tokens": tokens, "reply_tokens": int(batch.reply.sum())}
 
-    def loss(a, b, remat):
-        lp = CM._reply_log_probs(model.cfg, model.base, a, *pre, b, lora=lora, remat=remat)
+    def loss(a, base, b, remat):
+        lp = CM._reply_log_probs(model.cfg, base, a, *pre, b, lora=lora, remat=remat)
         return -lp.sum() / b.reply.sum()
 
-    forward = jax.jit(lambda a, b: loss(a, b, True))
-    t_fwd = timed(lambda: forward(adapter, batch), args.repeats)
-    print(json.dumps({"line": "forward", **base, "s": round(t_fwd, 3)}), flush=True)
     opt = optax.adam(1e-3)
     state = opt.init(adapter)
-    results = {}
-    for remat in (True,) if args.no_keep else (True, False):
 
+    def make_step(remat):
         @jax.jit
-        def step(a, s, b, remat=remat):
-            value, g = jax.value_and_grad(loss)(a, b, remat)
+        def step(a, s, base, b):
+            value, g = jax.value_and_grad(loss)(a, base, b, remat)
             updates, s = opt.update(g, s, a)
             return optax.apply_updates(a, updates), s, value
 
-        t = timed(lambda step=step: step(adapter, state, batch), args.repeats)
-        results[remat] = t
-        peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-        line = {"line": "sft_step", "remat": remat, **base, "s": round(t, 3), "over_forward": round(t / t_fwd, 2)}
-        print(json.dumps({**line, "peak_rss_gb_so_far": round(peak_gb, 1)}), flush=True)
-    summary = {
-        "summary": True,
-        "forward_s": round(t_fwd, 3),
-        "sft_step_s": round(results[True], 3),
-        "backward_over_forward": round((results[True] - t_fwd) / t_fwd, 2),
-        "remat_cost": round(results[True] / results[False], 2) if False in results else None,
-        "samples_per_s": round(1 / results[True], 3),
-    }
+        return lambda: step(adapter, state, model.base, batch)
+
+    forward = jax.jit(lambda a, base, b: loss(a, base, b, False))
+    programs = {"forward": lambda: forward(adapter, model.base, batch), "step": make_step(False)}
+    if not args.no_remat:
+        programs["step_remat"] = make_step(True)
+    best = {name: timed(fn, args.repeats) for name, fn in programs.items()}
+    peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    allocator = "system" if args.system_malloc else "kept"
+    for name, t in best.items():
+        line = {"line": name, "batch": args.batch, "malloc": allocator, **base, "s": round(t, 3)}
+        print(json.dumps(line), flush=True)
+    f = best["forward"]
+    summary = {"summary": True, "batch": args.batch, "malloc": allocator, "peak_rss_gb": round(peak_gb, 1)}
+    summary["backward_over_forward"] = round((best["step"] - f) / f, 2)
+    if "step_remat" in best:
+        summary["backward_over_forward_remat"] = round((best["step_remat"] - f) / f, 2)
+        summary["remat_cost"] = round(best["step_remat"] / best["step"], 2)
+    summary["samples_per_s"] = round(args.batch / best["step"], 3)
     print(json.dumps(summary), flush=True)
-    return np.isfinite(results[True])
+    return summary
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from . import host_memory  # noqa: F401 - keeps freed large buffers in the process (see its docstring)
 from .names import (
     ACTIONS,
     BOT_TYPES,

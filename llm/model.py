@@ -29,9 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import lora
+from .attention import attention, attention_bias
 from .weights import ModelConfig
-
-_NEG = -1e30  # large finite negative: avoids NaN when a row is fully masked
 
 
 def rms_norm(x: jax.Array, w: jax.Array, eps: float) -> jax.Array:
@@ -117,53 +116,6 @@ def _project(h: jax.Array, w: jax.Array, adapter: dict | None, matrix: str, widt
     return acc.astype(h.dtype)
 
 
-def attention(
-    q: jax.Array,
-    pk: jax.Array,
-    pv: jax.Array,
-    ok: jax.Array,
-    ov: jax.Array,
-    mask: jax.Array,
-) -> jax.Array:
-    """Grouped-query attention over a shared prefix block and an own block.
-
-    q: (B, T, H, D). pk, pv: (P, KV, D), shared by the batch.
-    ok, ov: (B, S, KV, D). mask: (B, T*G, P + S) bool, True where a query may
-    attend (see `attention_mask`). Returns (B, T, H, D).
-
-    The prefix is broadcast and concatenated to the own keys so that scores and
-    outputs are one batched matmul each; query heads are folded next to the
-    query positions, (B, KV, T*G, D). Measured on 2 CPU cores: separate
-    products over the prefix and the own keys were 2.6x slower, and an earlier
-    prototype found a 5-D einsum 2x slower than these plain batched matmuls.
-    """
-    B, T, H, D = q.shape
-    KV = ok.shape[2]
-    G = H // KV  # query heads per KV head; query head h reads KV head h // G
-    qg = q.reshape(B, T, KV, G, D).transpose(0, 2, 1, 3, 4).reshape(B, KV, T * G, D)
-    k = jnp.concatenate([jnp.broadcast_to(pk[None], (B,) + pk.shape), ok], axis=1)
-    v = jnp.concatenate([jnp.broadcast_to(pv[None], (B,) + pv.shape), ov], axis=1)
-    k = k.transpose(0, 2, 3, 1)  # (B, KV, D, P+S)
-    v = v.transpose(0, 2, 1, 3)  # (B, KV, P+S, D)
-    s = _mm32(qg, k) * (D**-0.5)
-    s = jnp.where(mask[:, None], s, _NEG)
-    p = jax.nn.softmax(s, axis=-1).astype(q.dtype)
-    out = _mm(p, v)
-    return out.reshape(B, KV, T, G, D).transpose(0, 2, 1, 3, 4).reshape(B, T, H, D)
-
-
-def attention_mask(p_valid: jax.Array, o_mask: jax.Array, n_groups: int) -> jax.Array:
-    """Combine prefix validity (P,) and own mask (B, T, S) into (B, T*G, P+S).
-
-    Rows are repeated per query head of a group, matching `attention`'s folding.
-    Built once per forward, outside the layer loop.
-    """
-    B, T, _ = o_mask.shape
-    pre = jnp.broadcast_to(p_valid[None, None, :], (B, T, p_valid.shape[0]))
-    full = jnp.concatenate([pre, o_mask], axis=-1)
-    return jnp.repeat(full, n_groups, axis=1)
-
-
 def block(
     cfg: ModelConfig,
     lw: dict,
@@ -172,7 +124,7 @@ def block(
     prefix_kv: tuple[jax.Array, jax.Array],
     own_kv: tuple[jax.Array, jax.Array] | None,
     own_offset,
-    mask: jax.Array,
+    bias: jax.Array,
 ):
     """One transformer block on new tokens `x` (B, T, d).
 
@@ -194,7 +146,7 @@ def block(
     else:
         ok = jax.lax.dynamic_update_slice_in_dim(own_kv[0], k, own_offset, axis=1)
         ov = jax.lax.dynamic_update_slice_in_dim(own_kv[1], v, own_offset, axis=1)
-    a = attention(q, prefix_kv[0], prefix_kv[1], ok, ov, mask)
+    a = attention(q, prefix_kv[0], prefix_kv[1], ok, ov, bias)
     x = x + _project(a.reshape(B, T, H * D), lw["wo"], adapter, "wo", (cfg.d_model,))
     h = rms_norm(x, lw["ffn_norm"], cfg.rms_eps)
     gate_up = _project(h, lw["w_gate_up"], adapter, "w_gate_up", (cfg.d_ff, cfg.d_ff))
@@ -226,8 +178,9 @@ def layers_forward(
     o_mask: (B, T, S) which own slots each new token may attend to.
     Returns (x, own_k, own_v).
     remat: recompute each block in the backward pass instead of keeping its
-    activations (`jax.checkpoint`): training through a long prefix keeps
-    ~300 MB of attention scores per block and row otherwise.
+    activations (`jax.checkpoint`), for a run short of memory: 1.3x slower.
+    Since the attention keeps only its bf16 probabilities (~30 MB per block
+    and row over the coder's 3.2 k keys), training runs without it.
 
     Why a Python loop and not `lax.scan`: on XLA:CPU a scan over stacked
     weights made one decode step (32 rows) 4-9x slower (230 ms vs 57 ms; the
@@ -237,12 +190,12 @@ def layers_forward(
     slicing a stacked array inside the jit was slower still.
     """
     rope_cs = rope_tables(positions, cfg.head_dim, cfg.rope_base)
-    mask = attention_mask(p_valid, o_mask, cfg.n_heads // cfg.n_kv_heads)
+    bias = attention_bias(p_valid, o_mask, cfg.n_heads // cfg.n_kv_heads)
     run_block = jax.checkpoint(block, static_argnums=(0,)) if remat else block
     new_k, new_v = [], []
     for i, lw in enumerate(params["layers"]):
         own = None if own_k is None else (own_k[i], own_v[i])
-        x, (k, v) = run_block(cfg, lw, x, rope_cs, (prefix_k[i], prefix_v[i]), own, own_offset, mask)
+        x, (k, v) = run_block(cfg, lw, x, rope_cs, (prefix_k[i], prefix_v[i]), own, own_offset, bias)
         new_k.append(k)
         new_v.append(v)
     return x, tuple(new_k), tuple(new_v)

@@ -17,6 +17,7 @@ import json
 import sys
 from pathlib import Path
 
+from jaxarena import host_memory
 from jaxarena.cli_errors import ArgumentParser, cli_main
 
 from .train import METHODS, CoderTuneConfig
@@ -173,6 +174,9 @@ def build_parser() -> ArgumentParser:
 @cli_main("jaxarena-tune-coder")
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "train":
+        # Before JAX starts its threads: the training step's blocks exceed a thread arena's 64 MB heaps.
+        host_memory.keep_freed_memory(one_arena=True)
     try:
         {"train": _train, "evaluate": _evaluate, "compare": _compare}[args.command](args)
     except KeyboardInterrupt:  # a checkpointed run is not an error: say how to go on, without a traceback

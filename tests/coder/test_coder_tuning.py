@@ -255,9 +255,12 @@ def test_an_interrupted_train_says_how_to_resume_without_a_traceback(capsys, mon
         raise KeyboardInterrupt
 
     monkeypatch.setattr(cli, "_train", interrupted)
+    allocator = []  # `train` shares one malloc arena between threads; recorded here, not set in this process
+    monkeypatch.setattr(cli.host_memory, "keep_freed_memory", lambda *a, **kw: allocator.append(kw) or True)
     assert cli.main(["train", "--out", str(tmp_path)]) == 130
     err = capsys.readouterr().err
     assert err == "jaxarena-tune-coder: interrupted; run the same command again to resume\n"
+    assert allocator == [{"one_arena": True}]
 
 
 def _records(rewards, users=None):
