@@ -16,8 +16,8 @@ memory kept; the coder's LoRA training step went from 5.2 s to 3.2-3.8 s
 - `keep_freed_memory(one_arena=True)` also gives every thread one arena. A
   thread's own arena grows in 64 MB heaps and maps any larger block afresh
   whatever the threshold, so a program with blocks over 64 MB (the coder's
-  batch of two) needs it. The LLM tuning commands set it. It is not the
-  default because one arena slowed PPO training by 20-50% here (its
+  batch of two) needs it. `jaxarena-tune-coder train` sets it. It is not
+  the default because one arena slowed PPO training by 20-50% here (its
   threads contend for the one lock).
 
 Elsewhere than Linux with glibc these do nothing.
@@ -34,7 +34,6 @@ OPT_OUT = "JAXARENA_SYSTEM_MALLOC"
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8  # glibc's mallopt parameter numbers
 _KEEP = 2**31 - 1  # mallopt takes an int: 2 GiB, past any one buffer XLA allocates here
-_GLIBC_DEFAULT = 128 * 1024
 
 
 def _libc():
@@ -46,22 +45,20 @@ def _libc():
         return None
 
 
-def keep_freed_memory(keep: bool = True, *, one_arena: bool = False) -> bool:
-    """Set glibc's thresholds so freed large blocks are reused (`keep`) or returned to the kernel (not `keep`).
+def keep_freed_memory(*, one_arena: bool = False) -> bool:
+    """Raise glibc's mmap and trim thresholds, so freed large blocks stay in the process for reuse.
 
     `one_arena` also makes threads share the main arena; call it before JAX
     starts its threads (before the first computation), since a thread keeps
-    the arena it already has. `keep=False` restores glibc's initial settings,
-    for benchmarks that compare both. Returns whether the settings took
-    effect (False off glibc).
+    the arena it already has. Returns whether the settings took effect
+    (False off glibc).
     """
     libc = _libc()
     if libc is None or not hasattr(libc, "mallopt"):
         return False
-    value = ctypes.c_int(_KEEP if keep else _GLIBC_DEFAULT)
-    ok = [libc.mallopt(_M_MMAP_THRESHOLD, value), libc.mallopt(_M_TRIM_THRESHOLD, value)]
-    # 0 is glibc's default arena limit (8 per core).
-    ok.append(libc.mallopt(_M_ARENA_MAX, ctypes.c_int(1 if keep and one_arena else 0)))
+    ok = [libc.mallopt(_M_MMAP_THRESHOLD, ctypes.c_int(_KEEP)), libc.mallopt(_M_TRIM_THRESHOLD, ctypes.c_int(_KEEP))]
+    if one_arena:
+        ok.append(libc.mallopt(_M_ARENA_MAX, ctypes.c_int(1)))
     return all(ok)
 
 
@@ -69,7 +66,7 @@ def apply_default() -> bool:
     """What `import jaxarena` runs: keep freed memory (one arena per thread as usual) unless opted out."""
     if os.environ.get(OPT_OUT, "") == "1":
         return False
-    return keep_freed_memory(True)
+    return keep_freed_memory()
 
 
 #: Whether `import jaxarena` changed the allocator's thresholds.

@@ -119,9 +119,9 @@ def _reply_log_probs(
     """Differentiable in `adapter`: the target tokens' log-probs (B, S), masked to the reply.
 
     With `with_logits`, also the (B, S, V) log-softmax, for the exact KL to a reference. `remat`
-    recomputes each block in the backward pass instead of keeping its activations: 1.4x slower,
-    and not needed since the attention keeps only its probabilities (a batch of two peaks at
-    7.2 GB; `benchmarks/coder_tuning.py` measures both ways).
+    recomputes each block in the backward pass instead of keeping its activations: 1.3-1.4x
+    slower, and not needed since the attention keeps only its probabilities (a batch of two
+    peaks at 8.0 GB; `benchmarks/coder_tuning.py` measures both ways).
     """
     params = L.attach(base, adapter, lora) if adapter is not None else base
     tokens = jnp.asarray(batch.tokens)

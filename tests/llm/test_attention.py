@@ -73,8 +73,7 @@ def test_backward_equals_autodiff_for_queries_own_block_and_prefix(dtype, tol, P
 
 
 def test_masked_keys_get_no_gradient():
-    q, pk, pv, ok, ov, bias, w = inputs = _inputs(jnp.float32)
-    _, dpk, dpv, dok, dov = _grads(M.attention, inputs)
+    _, dpk, dpv, dok, dov = _grads(M.attention, _inputs(jnp.float32))
     # Prefix slot 3 is padding for every row; own slot 0 of row 1 is left padding.
     assert float(jnp.abs(dpk[3]).max()) == 0.0 and float(jnp.abs(dpv[3]).max()) == 0.0
     assert float(jnp.abs(dok[1, 0]).max()) == 0.0 and float(jnp.abs(dov[1, 0]).max()) == 0.0
