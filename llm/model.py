@@ -253,8 +253,35 @@ def lm_head(cfg: ModelConfig, params: dict, x: jax.Array) -> jax.Array:
     """Final RMSNorm and output projection (tied to the embedding) → float32 logits."""
     h = rms_norm(x, params["final_norm"], cfg.rms_eps)
     if "lm_head" in params:
-        return jnp.matmul(h, params["lm_head"], preferred_element_type=jnp.float32)
-    return jnp.einsum("...d,vd->...v", h, params["embed"], preferred_element_type=jnp.float32)
+        return _mm32(h, params["lm_head"])
+    return _tied_head32(h, params["embed"])
+
+
+@jax.custom_vjp
+def _tied_head32(h: jax.Array, embed: jax.Array) -> jax.Array:
+    """h @ embed.T accumulated in float32, without materialising the transpose.
+
+    Its backward rounds the (…, V) float32 cotangent to the weights' dtype, as
+    `_mm32`'s does: JAX's own rule multiplies the float32 cotangent with the
+    bf16 embedding, the slow mixed product on XLA:CPU, at every reply position.
+    """
+    return jnp.einsum("...d,vd->...v", h, embed, preferred_element_type=jnp.float32)
+
+
+def _tied_head32_fwd(h, embed):
+    return _tied_head32(h, embed), (h, embed)
+
+
+def _tied_head32_bwd(res, g):
+    h, embed = res
+    g = g.astype(embed.dtype)
+    dh = jnp.einsum("...v,vd->...d", g, embed, preferred_element_type=jnp.float32).astype(h.dtype)
+    g2, h2 = g.reshape(-1, g.shape[-1]), h.reshape(-1, h.shape[-1])
+    d_embed = jnp.matmul(g2.T, h2, preferred_element_type=jnp.float32)
+    return dh, d_embed.astype(embed.dtype)
+
+
+_tied_head32.defvjp(_tied_head32_fwd, _tied_head32_bwd)
 
 
 def empty_prefix(cfg: ModelConfig, dtype=jnp.bfloat16):

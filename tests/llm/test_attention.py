@@ -77,3 +77,32 @@ def test_masked_keys_get_no_gradient():
     # Prefix slot 3 is padding for every row; own slot 0 of row 1 is left padding.
     assert float(jnp.abs(dpk[3]).max()) == 0.0 and float(jnp.abs(dpv[3]).max()) == 0.0
     assert float(jnp.abs(dok[1, 0]).max()) == 0.0 and float(jnp.abs(dov[1, 0]).max()) == 0.0
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_output_head_backward_equals_autodiff_of_the_plain_product(tied):
+    """The output head's own backward rounds the cotangent to bf16; it must match autodiff of the plain product."""
+    from jaxarena.llm import model
+
+    V, d = 11, 8
+    k = jax.random.split(jax.random.key(3), 4)
+    x = jax.random.normal(k[0], (2, 3, d), jnp.bfloat16)
+    w = jax.random.normal(k[1], (V, d) if tied else (d, V), jnp.bfloat16)
+    params = {"final_norm": jnp.ones((d,), jnp.bfloat16), "embed" if tied else "lm_head": w}
+    cfg = type("Cfg", (), {"rms_eps": 1e-5})()
+    cot = jax.random.normal(k[2], (2, 3, V), jnp.float32)
+
+    def plain(x, w):
+        h = model.rms_norm(x, params["final_norm"], 1e-5)
+        return h.astype(jnp.float32) @ (w.T if tied else w).astype(jnp.float32)
+
+    def ours(x, w):
+        return model.lm_head(cfg, {**params, ("embed" if tied else "lm_head"): w}, x)
+
+    chex.assert_trees_all_close(ours(x, w), plain(x, w), rtol=1e-2, atol=1e-2)
+    got = jax.grad(lambda x, w: jnp.sum(ours(x, w) * cot), argnums=(0, 1))(x, w)
+    want = jax.grad(lambda x, w: jnp.sum(plain(x, w) * cot), argnums=(0, 1))(x, w)
+    for a, b in zip(got, want, strict=True):
+        chex.assert_shape(a, b.shape)
+        a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+        np.testing.assert_allclose(a, b, rtol=0, atol=3e-2 * np.abs(b).max())
