@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from jaxarena.cli_errors import ArgumentParser, cli_main
+from jaxarena.cli_errors import RESUME_HINT, ArgumentParser, cli_main, interrupted
 from jaxarena.names import BOT_TYPES
 
 
@@ -104,9 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     loop = Loop(config, run_dir, progress=None if args.no_progress else lambda line: print(line, flush=True))
     try:
         best = loop.run()
-    except KeyboardInterrupt:
-        print(f"jaxarena-coder: interrupted; rerun the same command to resume {run_dir}", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt:  # the loop resumes from its run folder
+        return interrupted("jaxarena-coder", f"{RESUME_HINT} ({run_dir})")
     if best is not None:
         print(f"best: round {best['round']} candidate {best['candidate']}: reward {best['score'].reward:+.3f}")
     print(f"report: {run_dir / 'report.md'}")

@@ -24,6 +24,10 @@ from collections.abc import Callable, Sequence
 
 #: The exit status of a usage error, as argparse's.
 USAGE_EXIT = 2
+#: The exit status after Ctrl-C, as a shell reports a process ended by SIGINT (128 + 2).
+INTERRUPTED_EXIT = 130
+#: What a command that checkpoints as it goes says after Ctrl-C.
+RESUME_HINT = "run the same command again to resume"
 DEBUG_FLAG = "--debug"
 
 
@@ -40,6 +44,16 @@ USER_ERRORS: tuple[type[BaseException], ...] = (UserError, ValueError, OSError, 
 def one_line(exc: BaseException) -> str:
     """The exception's message on one line (a multi-line message is joined with spaces)."""
     return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def interrupted(prog: str, hint: str = "") -> int:
+    """For a `KeyboardInterrupt` handler: `PROG: interrupted[; HINT]` on stderr, no traceback; returns 130.
+
+    A long command stopped by Ctrl-C is not an error; when it checkpoints as it
+    goes, `hint` says how to go on (usually `RESUME_HINT`).
+    """
+    print(f"{prog}: interrupted" + (f"; {hint}" if hint else ""), file=sys.stderr)
+    return INTERRUPTED_EXIT
 
 
 class ArgumentParser(argparse.ArgumentParser):

@@ -143,3 +143,16 @@ def test_the_helper_reports_user_errors_and_leaves_bugs_alone(capsys):
         _main(["bug"])
     with pytest.raises(UserError):
         _main(["user", "--debug"])
+
+
+def test_an_interrupted_coder_loop_says_how_to_resume_its_run_folder(tmp_path, capsys, monkeypatch):
+    from jaxarena.coder import cli
+    from jaxarena.coder.loop import Loop
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Loop, "run", interrupted)  # Ctrl-C during the first round
+    code, err = _run(cli.main, ["--llm", "embedded", "--out", str(tmp_path), "--run", "r1"], capsys)
+    assert code == 130
+    assert err == f"jaxarena-coder: interrupted; run the same command again to resume ({tmp_path / 'r1'})\n"

@@ -14,11 +14,10 @@ line with what to do; `--debug` shows the traceback.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 from jaxarena import host_memory
-from jaxarena.cli_errors import ArgumentParser, cli_main
+from jaxarena.cli_errors import RESUME_HINT, ArgumentParser, cli_main, interrupted
 
 from .train import METHODS, CoderTuneConfig
 
@@ -179,8 +178,6 @@ def main(argv=None) -> int:
         host_memory.keep_freed_memory(one_arena=True)
     try:
         {"train": _train, "evaluate": _evaluate, "compare": _compare}[args.command](args)
-    except KeyboardInterrupt:  # a checkpointed run is not an error: say how to go on, without a traceback
-        again = "; run the same command again to resume" if args.command == "train" else ""
-        print(f"jaxarena-tune-coder: interrupted{again}", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt:  # `train` checkpoints as it goes
+        return interrupted("jaxarena-tune-coder", RESUME_HINT if args.command == "train" else "")
     return 0

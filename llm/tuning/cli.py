@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jaxarena.cli_errors import ArgumentParser, cli_main
+from jaxarena.cli_errors import RESUME_HINT, ArgumentParser, cli_main, interrupted
 from jaxarena.names import BOT_TYPES
 
 
@@ -237,10 +237,8 @@ def main(argv=None) -> int:
         preflight(EmbeddedBackend())
     try:
         args.fn(args)
-    except KeyboardInterrupt:  # `data` and `train` checkpoint as they go: say how to go on, without a traceback
-        again = "; run the same command again to resume" if args.fn in (_data, _train) else ""
-        print(f"jaxarena-tune-llm: interrupted{again}", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt:  # `data` and `train` checkpoint as they go
+        return interrupted("jaxarena-tune-llm", RESUME_HINT if args.fn in (_data, _train) else "")
     return 0
 
 
