@@ -38,7 +38,7 @@ from jaxarena.names import NPC_WIN, bot_index
 
 from .batch_rollout import LONGEST_FIRST, make_job_runner
 from .score_stats import summarize
-from .score_types import Score, ScoreConfig, error_score
+from .score_types import Score, ScoreConfig, rollout_error_score
 
 _FIELDS = ("outcome", "t", "damage_dealt", "damage_taken", "counts", "invalid")
 
@@ -189,9 +189,7 @@ class _Batch:
             out = jax.device_get(self.runner(jobs[:, 0], jobs[:, 1], jobs[:, 2], len(jobs)))
         except Exception as exc:  # noqa: BLE001 - whatever a program raises is the critic's to read
             if len(self.members) == 1:
-                self.failed[self.members[0]] = error_score(
-                    f"runtime: the program failed in the rollout: {type(exc).__name__}: {exc}", "runtime"
-                )
+                self.failed[self.members[0]] = rollout_error_score(exc)
                 return
             self.singles = [_Batch([c], self.policies, self.config) for c in self.members]
             self.play(racing, bots, start, stop, store)

@@ -87,3 +87,8 @@ def no_code_score() -> Score:
 
 def error_score(message: str, kind: str | None = None, line: int | None = None) -> Score:
     return Score(reward=PROGRAM_ERROR, status="error", error=message, error_kind=kind, error_line=line)
+
+
+def rollout_error_score(exc: BaseException) -> Score:
+    """The Score of a program that raised while its episodes ran (full scoring and racing say it alike)."""
+    return error_score(f"runtime: the program failed in the rollout: {type(exc).__name__}: {exc}", "runtime")

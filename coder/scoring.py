@@ -34,7 +34,7 @@ from jaxarena.names import NUM_ACTIONS
 
 from .batch_rollout import episode_keys, make_batch_scorer, rollout_policies
 from .score_stats import mean_win_rate
-from .score_types import NO_CODE, PROGRAM_ERROR, Score, ScoreConfig, error_score, no_code_score
+from .score_types import NO_CODE, PROGRAM_ERROR, Score, ScoreConfig, error_score, no_code_score, rollout_error_score
 
 # The scoring entry points, and the names of its parts that callers import from here.
 __all__ = [
@@ -105,7 +105,7 @@ def _score_group(policies: Sequence, config: ScoreConfig) -> list[Score]:
         summaries = rollout_policies(policies, config)
     except Exception as exc:  # noqa: BLE001 - whatever a program raises is the critic's to read
         if len(policies) == 1:
-            return [error_score(f"runtime: the program failed in the rollout: {type(exc).__name__}: {exc}", "runtime")]
+            return [rollout_error_score(exc)]
         return [_score_group([p], config)[0] for p in policies]
     return [_ok_score(summary, config) for summary in summaries]
 

@@ -84,3 +84,29 @@ def test_race_options_without_race_are_refused_in_one_line():
     )
     assert done.returncode != 0
     assert done.stderr.strip().splitlines()[-1].endswith("--race-first is only for --race"), done.stderr
+
+
+def _fails_after_its_first_trace():
+    """A program that passes the batch check, then raises when the rollout traces it: it must sink only itself."""
+    traces = []
+
+    def policy(params, obs, key):
+        traces.append(1)
+        if len(traces) > 1:
+            raise RuntimeError("boom in the rollout")
+        return translate(RUSH)(params, obs, key)
+
+    return policy
+
+
+@pytest.mark.parametrize("score", ["full", "race"])
+def test_a_program_that_fails_in_the_rollout_sinks_only_itself(score):
+    config = dataclasses.replace(CONFIG, episodes_per_bot=20, batch=2)
+    policies = [_fails_after_its_first_trace(), translate(RUSH)]
+    if score == "full":
+        bad, good = score_policies(policies, config)
+    else:
+        bad, good = race_policies(policies, config, dataclasses.replace(RACE, first=20))
+    assert bad.status == "error" and bad.error_kind == "runtime" and bad.reward == -0.5
+    assert bad.error == "runtime: the program failed in the rollout: RuntimeError: boom in the rollout"
+    assert good.status == "ok" and good.reward > 0.9
