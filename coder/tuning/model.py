@@ -64,7 +64,7 @@ class CoderModel:
         self.prefix_ids = tuple(generator.tokenizer.encode(generator.tokenizer.prefix(system)))
         self.prefix = generator.prefix_cache(self.prefix_ids)
         self._log_probs = jax.jit(
-            partial(_reply_log_probs, self.cfg), static_argnames=("lora", "with_logits", "temperature")
+            partial(_reply_log_probs, self.cfg), static_argnames=("lora", "with_logits", "temperature", "sampler")
         )
 
     def suffix_ids(self, user: str) -> list[int]:
@@ -114,10 +114,25 @@ class CoderModel:
 
 
 def _reply_log_probs(
-    cfg, base, adapter, pk, pv, p_valid, p_len, batch: Batch, *, lora, with_logits=False, remat=False, temperature=1.0
+    cfg,
+    base,
+    adapter,
+    pk,
+    pv,
+    p_valid,
+    p_len,
+    batch: Batch,
+    *,
+    lora,
+    with_logits=False,
+    remat=False,
+    temperature=1.0,
+    sampler=None,
 ):
     """Differentiable in `adapter`: the target tokens' log-probs (B, S), masked to the reply.
 
+    `sampler` (top_k, top_p): the targets were drawn by the generator's sampler, so their
+    log-probs are taken under its distribution (`sampled_log_probs`), not the full softmax.
     With `with_logits`, also the (B, S, V) log-softmax, for the exact KL to a reference. `remat`
     recomputes each block in the backward pass instead of keeping its activations: 1.3-1.4x
     slower, and not needed since the attention keeps only its probabilities (a batch of two
@@ -132,10 +147,32 @@ def _reply_log_probs(
     x, _, _ = M.layers_forward(cfg, params, M.embed(params, tokens), positions, pk, pv, p_valid, o_mask, remat=remat)
     # At a sampling temperature T the policy that wrote a reply is softmax(logits / T): GRPO's gradient is
     # on-policy only for that distribution (top-k and top-p's truncation aside).
-    logp = jax.nn.log_softmax(M.lm_head(cfg, params, x) / temperature, axis=-1)
-    target_lp = jnp.take_along_axis(logp, jnp.asarray(batch.targets)[..., None], axis=-1)[..., 0]
+    scaled = M.lm_head(cfg, params, x) / temperature
+    logp = jax.nn.log_softmax(scaled, axis=-1)
+    targets = jnp.asarray(batch.targets)
+    if sampler is None:
+        target_lp = jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
+    else:
+        target_lp = sampled_log_probs(scaled, targets, *sampler)
     target_lp = jnp.where(jnp.asarray(batch.reply), target_lp, 0.0)
     return (target_lp, logp) if with_logits else target_lp
+
+
+def sampled_log_probs(scaled: jax.Array, targets: jax.Array, top_k: int, top_p: float) -> jax.Array:
+    """log-probs of `targets` under the generator's sampler (`llm.programs.sample_token`'s rule).
+
+    That sampler keeps the top_k of the temperature-scaled logits, then the smallest
+    set of those whose probability reaches top_p, and draws from them renormalised. A
+    policy gradient on its replies is on-policy only under that distribution: the full
+    softmax would count mass no reply could come from. The kept set is held fixed in
+    the gradient (as the draw did). A target outside the set (a rounding difference
+    between generation and this forward at the set's edge) keeps a finite log-prob.
+    """
+    vals = jax.lax.top_k(scaled, top_k)[0]  # (..., k), descending
+    probs = jax.nn.softmax(vals, axis=-1)
+    keep = jax.lax.stop_gradient(jnp.cumsum(probs, axis=-1) - probs < top_p)
+    kept_mass = jax.nn.logsumexp(jnp.where(keep, vals, -jnp.inf), axis=-1)
+    return jnp.take_along_axis(scaled, targets[..., None], axis=-1)[..., 0] - kept_mass
 
 
 jax.tree_util.register_dataclass(Batch, data_fields=["tokens", "targets", "valid", "reply"], meta_fields=[])

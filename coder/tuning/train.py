@@ -19,7 +19,8 @@ Decision-Making Tasks* on the squad-policy language.
   scores each as the loop does (`score_sources`: -1 no code, -0.5 refused,
   else the win rate over `episodes_per_bot` episodes per bot), and takes one
   Adam step on -A_i * (mean log-probability of reply i's tokens, under the
-  model's softmax at the sampling temperature, the policy that wrote them) plus
+  sampler that wrote them: the model's top-k, then top-p, at the sampling
+  temperature, renormalised) plus
   `kl_coef` times the exact KL, over the whole vocabulary at each reply
   position, to the run's starting model (`init_from`, else the base model).
   A_i is the reward's group-relative advantage. With one step per group the
@@ -58,6 +59,8 @@ from .examples import Example
 from .model import CoderModel
 
 METHODS = ("sft", "grpo")
+#: GRPO draws its groups with the generator's top-k and this top-p; its loss takes log-probs under the same rule.
+GRPO_TOP_P = 0.95
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,8 +116,15 @@ def sft_loss(model: CoderModel, lora: L.LoraConfig, adapter, base, prefix, batch
 def grpo_loss(
     model, lora, kl_coef, adapter, base, prefix, batch, advantages, ref_logp, temperature=1.0
 ) -> tuple[jax.Array, dict]:
-    """-A_i * mean log-prob of reply i, plus kl_coef * the exact per-token KL to the reference, averaged."""
-    lp, logp = model._log_probs(base, adapter, *prefix, batch, lora=lora, with_logits=True, temperature=temperature)
+    """-A_i * mean log-prob of reply i, plus kl_coef * the exact per-token KL to the reference, averaged.
+
+    The log-probs are the sampler's (top-k, then top-p at `GRPO_TOP_P`, at `temperature`), the policy
+    that wrote the replies; the KL is over the whole vocabulary.
+    """
+    sampler = (model.generator.top_k, GRPO_TOP_P)
+    lp, logp = model._log_probs(
+        base, adapter, *prefix, batch, lora=lora, with_logits=True, temperature=temperature, sampler=sampler
+    )
     mask = jnp.asarray(batch.reply)
     n = jnp.maximum(mask.sum(-1), 1)
     mean_lp = lp.sum(-1) / n
@@ -299,7 +309,7 @@ def _grpo_step(config, model, lora, adapter, examples, step, reference, task, ca
     seed = gen.seed
     gen.seed = config.seed * 100_003 + step  # a fresh draw per step, the same on resume
     try:
-        replies = gen.generate([(p.system, p.user) for p in prompts], temperature=config.temperature, top_p=0.95)
+        replies = gen.generate([(p.system, p.user) for p in prompts], temperature=config.temperature, top_p=GRPO_TOP_P)
     finally:
         gen.use_adapter(None)
         gen.seed = seed

@@ -383,3 +383,33 @@ def test_log_probs_at_a_temperature_are_those_of_the_tempered_softmax(tiny_gener
     ]
     np.testing.assert_allclose(np.asarray(hot)[batch.reply], expected[batch.reply], atol=1e-5)
     assert not np.allclose(np.asarray(hot)[batch.reply], np.asarray(model.log_probs(None, None, batch))[batch.reply])
+
+
+def test_grpo_takes_log_probs_under_the_sampler_that_drew_the_replies(tiny_generator):
+    from jaxarena.coder.tuning.model import sampled_log_probs
+    from jaxarena.llm.programs import sample_token
+
+    # The rule: the frequencies of the generator's own sampler (top-k, then top-p, at a temperature).
+    V, top_k, top_p, t = 12, 5, 0.8, 0.7
+    logits = jax.random.normal(jax.random.key(7), (V,)) * 1.5
+    keys = jax.random.split(jax.random.key(8), 40_000)
+    draws = np.asarray(jax.vmap(lambda k: sample_token(logits, k, t, top_p, top_k))(keys))
+    freq = np.bincount(draws, minlength=V) / len(draws)
+    every = jnp.broadcast_to(logits / t, (V, V))  # one row per target token
+    p = np.exp(np.asarray(sampled_log_probs(every, jnp.arange(V), top_k, top_p)))
+    drawn = freq > 0
+    assert 1 < drawn.sum() < top_k  # top-p cut inside the top-k: both truncations are exercised
+    np.testing.assert_allclose(p[drawn].sum(), 1.0, atol=1e-5)
+    np.testing.assert_allclose(p[drawn], freq[drawn], atol=0.01)
+    # The wiring: with nothing truncated, the sampler's log-probs are the full softmax's.
+    model = CoderModel(tiny_generator, SYSTEM)
+    batch = model.batch([("Plan: rush.", "def policy(obs):\n    return MELEE")])
+    full = model._log_probs(model.base, None, *model.prefix_arrays(), batch, lora=None, temperature=0.7)
+    untruncated = model._log_probs(
+        model.base, None, *model.prefix_arrays(), batch, lora=None, temperature=0.7, sampler=(model.cfg.vocab_size, 1.0)
+    )
+    np.testing.assert_allclose(np.asarray(untruncated), np.asarray(full), atol=1e-5)
+    cut = model._log_probs(
+        model.base, None, *model.prefix_arrays(), batch, lora=None, temperature=0.7, sampler=(top_k, top_p)
+    )
+    assert np.all(np.asarray(cut)[batch.reply] >= np.asarray(full)[batch.reply] - 1e-6)  # renormalised: never lower
