@@ -191,6 +191,16 @@ def test_the_command_prints_the_table_and_the_cards(capsys):
     assert [c["name"] for c in cards] == SELECTORS and cards[0]["win_rates"][0]["bot"] == "aggressive"
 
 
+def test_the_coders_grpo_adapter_card_compares_it_with_the_sft_adapter_it_started_from():
+    card = read_card(Path(__file__).resolve().parents[1] / "llm" / "adapters" / "smollm2-coder-grpo")
+    raw = json.loads((card.directory / CARD_FILE).read_text())
+    assert card.init_from == "smollm2-coder-sft" and raw["method"] == "grpo"
+    before, after, paired = raw["evaluation"]["stock"], raw["evaluation"]["tuned"], raw["evaluation"]["paired"]
+    assert before["adapter"] == "smollm2-coder-sft" and before["replies"] == after["replies"] == paired["replies"]
+    assert paired["difference"] == pytest.approx(after["mean_reward"] - before["mean_reward"])
+    assert f"{100 * after['compiled']:.0f}%" in card.note and "jaxarena-tune-coder compare" in card.command
+
+
 def test_the_coders_adapter_card_carries_its_programs_measure(tmp_path):
     card = read_card(Path(__file__).resolve().parents[1] / "llm" / "adapters" / "smollm2-coder-sft")
     assert card.kind == "adapter" and card.plays is None and not card.measured

@@ -145,8 +145,8 @@ def _reply_log_probs(
     causal = jnp.tril(jnp.ones((S, S), bool))
     o_mask = causal[None] & jnp.asarray(batch.valid)[:, None, :]
     x, _, _ = M.layers_forward(cfg, params, M.embed(params, tokens), positions, pk, pv, p_valid, o_mask, remat=remat)
-    # At a sampling temperature T the policy that wrote a reply is softmax(logits / T): GRPO's gradient is
-    # on-policy only for that distribution (top-k and top-p's truncation aside).
+    # At a sampling temperature T the policy that wrote a reply is softmax(logits / T), truncated as the
+    # sampler truncates it (`sampler`): GRPO's gradient is on-policy only for that distribution.
     scaled = M.lm_head(cfg, params, x) / temperature
     logp = jax.nn.log_softmax(scaled, axis=-1)
     targets = jnp.asarray(batch.targets)
