@@ -117,7 +117,7 @@ class Loop:
         if failed:
             raise LoopError(
                 f"the {self.config.backend_name} backend failed on {len(failed)} of {len(prompts)} prompts "
-                f"(first: {failed[0][1]}); fix it and rerun the same command to resume"
+                f"(first: {failed[0][1]}); fix it and run the same command again to resume"
             )
         return replies
 

@@ -261,7 +261,7 @@ def lm_head(cfg: ModelConfig, params: dict, x: jax.Array) -> jax.Array:
 def _tied_head32(h: jax.Array, embed: jax.Array) -> jax.Array:
     """h @ embed.T accumulated in float32, without materialising the transpose.
 
-    Its backward rounds the (…, V) float32 cotangent to the weights' dtype, as
+    Its backward rounds the (…, V) float32 cotangent to the activations' dtype, as
     `_mm32`'s does: JAX's own rule multiplies the float32 cotangent with the
     bf16 embedding, the slow mixed product on XLA:CPU, at every reply position.
     """
@@ -274,7 +274,7 @@ def _tied_head32_fwd(h, embed):
 
 def _tied_head32_bwd(res, g):
     h, embed = res
-    g = g.astype(embed.dtype)
+    g = g.astype(h.dtype)
     dh = jnp.einsum("...v,vd->...d", g, embed, preferred_element_type=jnp.float32).astype(h.dtype)
     g2, h2 = g.reshape(-1, g.shape[-1]), h.reshape(-1, h.shape[-1])
     d_embed = jnp.matmul(g2.T, h2, preferred_element_type=jnp.float32)

@@ -198,7 +198,12 @@ def test_the_coders_grpo_adapter_card_compares_it_with_the_sft_adapter_it_starte
     before, after, paired = raw["evaluation"]["stock"], raw["evaluation"]["tuned"], raw["evaluation"]["paired"]
     assert before["adapter"] == "smollm2-coder-sft" and before["replies"] == after["replies"] == paired["replies"]
     assert paired["difference"] == pytest.approx(after["mean_reward"] - before["mean_reward"])
-    assert f"{100 * after['compiled']:.0f}%" in card.note and "jaxarena-tune-coder compare" in card.command
+    assert paired["ran_before"] == round(before["compiled"] * before["replies"])
+    assert paired["ran_after"] == round(after["compiled"] * after["replies"])
+    assert paired["better"] + paired["worse"] + paired["same"] == paired["replies"]
+    low, high = paired["difference_ci95"]
+    assert 0 < low <= paired["difference"] <= high  # the gain it ships for: the paired CI is above zero
+    assert "jaxarena-tune-coder compare" in card.command
 
 
 def test_the_coders_adapter_card_carries_its_programs_measure(tmp_path):

@@ -12,10 +12,11 @@ more per sample, so the adapter acts only *after* the shared prefix:
   after-prefix` makes `GGUFGenerator` build its prefix cache from the base
   weights (`GGUFGenerator.use_adapter`), so what is trained is what plays.
 
-`CoderModel.log_probs` is the one differentiable computation: the log-probability
-of each reply token under the adapter, from one forward pass over the padded
-suffixes. SFT maximises it on reference programs; GRPO weights it by each
-reply's group-relative reward (`train`).
+`_reply_log_probs` (`CoderModel.log_probs`) is the one differentiable computation:
+the log-probability of each reply token under the adapter, from one forward pass
+over the padded suffixes. SFT maximises it on reference programs; GRPO takes it
+under the sampler that drew its replies and weights it by each reply's
+group-relative reward (`train`).
 """
 
 from __future__ import annotations
@@ -165,8 +166,9 @@ def sampled_log_probs(scaled: jax.Array, targets: jax.Array, top_k: int, top_p: 
     set of those whose probability reaches top_p, and draws from them renormalised. A
     policy gradient on its replies is on-policy only under that distribution: the full
     softmax would count mass no reply could come from. The kept set is held fixed in
-    the gradient (as the draw did). A target outside the set (a rounding difference
-    between generation and this forward at the set's edge) keeps a finite log-prob.
+    the gradient (as the draw did). A target outside the set keeps a finite log-prob:
+    a rounding difference between generation and this forward at the set's edge, or
+    the end-of-turn token GRPO appends to a reply that stopped on another stop token.
     """
     vals = jax.lax.top_k(scaled, top_k)[0]  # (..., k), descending
     probs = jax.nn.softmax(vals, axis=-1)

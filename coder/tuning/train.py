@@ -268,7 +268,7 @@ def _grpo_method(config, model, train_examples, held_out, reference, task, apply
     # The reference is where the run started (the SFT adapter for GRPO after SFT): the KL keeps what SFT taught,
     # where a KL to the stock model would pull back towards replies that do not compile.
     reference_adapter = start
-    t = config.temperature  # the policy that sampled the group: the model's softmax at this temperature
+    t = config.temperature  # the reference's full softmax at the sampling temperature, for the exact KL
     ref_logp = jax.jit(
         lambda ref, base, pre, b: model._log_probs(base, ref, *pre, b, lora=lora, with_logits=True, temperature=t)[1]
     )

@@ -332,6 +332,17 @@ def test_the_shipped_coder_adapter_answers_a_held_out_plan_with_a_program_that_c
     compile_program(code)  # raises ProgramError if the sandbox or the compiler refuses it
 
 
+def test_the_shipped_grpo_coder_adapter_loads_for_the_embedded_model():
+    from jaxarena.llm.adapters import resolve_adapter
+    from jaxarena.llm.generate import GGUFGenerator
+
+    generator = GGUFGenerator(max_new_tokens=4)
+    directory = resolve_adapter("smollm2-coder-grpo", kind="coder-adapter")
+    loaded = L.load_adapter(directory, generator.cfg, generator.sha256)
+    assert L.acts_after_prefix(loaded) and loaded.card["config"]["init_from"] == "smollm2-coder-sft"
+    assert loaded.lora.rank == 8 and len(loaded.adapter) == generator.cfg.n_layers
+
+
 def test_evaluate_refuses_plans_the_adapter_was_trained_on(capsys, tmp_path):
     from jaxarena.coder.tuning.cli import main
 
@@ -412,4 +423,20 @@ def test_grpo_takes_log_probs_under_the_sampler_that_drew_the_replies(tiny_gener
     cut = model._log_probs(
         model.base, None, *model.prefix_arrays(), batch, lora=None, temperature=0.7, sampler=(top_k, top_p)
     )
-    assert np.all(np.asarray(cut)[batch.reply] >= np.asarray(full)[batch.reply] - 1e-6)  # renormalised: never lower
+    cut, full = np.asarray(cut)[batch.reply], np.asarray(full)[batch.reply]
+    assert np.all(cut >= full - 1e-6) and np.any(cut > full + 1e-3)  # renormalised over fewer tokens: higher
+    # GRPO's loss is built on them: with no KL, -advantage x the mean of the sampler's log-probs.
+    from jaxarena.coder.tuning.train import GRPO_TOP_P
+
+    loss, _ = grpo_loss(model, None, 0.0, None, model.base, model.prefix_arrays(), batch, jnp.ones(1), 0.0, 0.7)
+    sampled = model._log_probs(
+        model.base,
+        None,
+        *model.prefix_arrays(),
+        batch,
+        lora=None,
+        temperature=0.7,
+        sampler=(tiny_generator.top_k, GRPO_TOP_P),
+    )
+    np.testing.assert_allclose(float(loss), -float(np.asarray(sampled).sum() / batch.reply.sum()), rtol=1e-5)
+    assert not np.isclose(float(loss), -float(full.sum() / batch.reply.sum()), rtol=1e-4)
