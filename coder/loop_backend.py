@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from .loop_config import DEFAULT_OLLAMA_MODEL, LoopConfig
+from .loop_config import CODER_TOP_P, DEFAULT_OLLAMA_MODEL, LoopConfig
 
 
 def make_loop_backend(config: LoopConfig, adapter: str | None = None):
@@ -20,7 +20,7 @@ def make_loop_backend(config: LoopConfig, adapter: str | None = None):
         options = {
             "num_predict": config.max_tokens,
             "temperature": config.temperature,
-            "top_p": 0.95,
+            "top_p": CODER_TOP_P,
             "seed": config.seed,
             # Ollama's default context (2-4 k tokens) would silently cut the coder's prompt (~3 k tokens).
             "num_ctx": 8192,
@@ -41,7 +41,7 @@ def make_loop_backend(config: LoopConfig, adapter: str | None = None):
         decode="free",
         num_predict=config.max_tokens,
         temperature=config.temperature,
-        top_p=0.95,
+        top_p=CODER_TOP_P,
         seed=config.seed,
         max_batch=config.k,
     )

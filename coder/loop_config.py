@@ -14,6 +14,9 @@ from .score_types import ScoreConfig
 
 #: The Ollama model the docs' reproduction command uses (a code model, as SMAC-R1's coder).
 DEFAULT_OLLAMA_MODEL = "qwen2.5-coder:7b"
+#: Every coder reply is drawn with this top-p: the loop's, the evaluation's and GRPO's groups (whose loss takes
+#: its log-probs under the same rule, `coder.tuning.model.sampled_log_probs`).
+CODER_TOP_P = 0.95
 #: Config fields that may change when a run resumes (they do not change what was recorded).
 RESUMABLE = ("rounds", "host", "timeout_s")
 

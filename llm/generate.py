@@ -57,6 +57,8 @@ class Generation:
     `first_logits` holds the float32 logits of the first generated position
     (only when asked for; used by tests and analysis). A choice (`choose`)
     sets `probs`, the options' renormalised next-token probabilities.
+    `stop_id` is the stop token that ended free generation (not part of
+    `token_ids`), None when the reply ran to the token limit.
     """
 
     text: str
@@ -64,6 +66,7 @@ class Generation:
     error: str | None = None
     first_logits: np.ndarray | None = None
     probs: tuple[float, ...] | None = None
+    stop_id: int | None = None
 
 
 @dataclasses.dataclass
@@ -308,14 +311,14 @@ class GGUFGenerator:
         logits0 = np.asarray(logits0) if return_logits else None
         out = []
         for r in range(len(chunk)):
-            ids = []
+            ids, stop_id = [], None
             for t in new[r].tolist():
                 if t in self.tokenizer.stop_ids:
+                    stop_id = t
                     break
                 ids.append(t)
-            out.append(
-                Generation(self.tokenizer.decode(ids), tuple(ids), None, logits0[r] if logits0 is not None else None)
-            )
+            first = logits0[r] if logits0 is not None else None
+            out.append(Generation(self.tokenizer.decode(ids), tuple(ids), None, first, stop_id=stop_id))
         return out
 
     def _run_program(self, prefix, tokens, n_pad, key_data, temperature, top_p, n_rows=None):

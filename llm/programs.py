@@ -13,6 +13,16 @@ import jax.numpy as jnp
 from . import model as M
 
 
+def nucleus_keep(probs: jax.Array, top_p) -> jax.Array:
+    """Top-p's kept set over probabilities sorted descending on the last axis.
+
+    A token is kept when the mass of the tokens strictly better than it is below
+    top_p, so the best token is always kept. The generator's sampler draws from
+    this set and the coder's GRPO takes its log-probs under it: one rule for both.
+    """
+    return jnp.cumsum(probs, axis=-1) - probs < top_p
+
+
 def sample_token(logits: jax.Array, key: jax.Array, temperature, top_p, top_k: int) -> jax.Array:
     """Sample one token id from (V,) logits; temperature <= 0 means greedy.
 
@@ -24,8 +34,7 @@ def sample_token(logits: jax.Array, key: jax.Array, temperature, top_p, top_k: i
     t = jnp.maximum(temperature, 1e-6)
     scaled = vals / t
     probs = jax.nn.softmax(scaled)
-    before = jnp.cumsum(probs) - probs  # mass of strictly better tokens
-    keep = before < top_p
+    keep = nucleus_keep(probs, top_p)
     choice = jax.random.categorical(key, jnp.where(keep, scaled, -jnp.inf))
     # Select the position first and gather once: `where(t > 0, idx[choice], idx[0])`
     # made XLA:CPU replace the fast top-k by a full sort (0.26 s per call).

@@ -62,6 +62,7 @@ def _train(args) -> None:
         rank=args.rank,
         eval_every=args.eval_every,
         seed=args.seed,
+        draw_seed=args.draw_seed,
         scenario=args.scenario,
         init_from=args.init_from,
         group=args.group,
@@ -157,6 +158,13 @@ def build_parser() -> ArgumentParser:
     t.add_argument("--group", type=int, default=4, help="GRPO: replies sampled per plan")
     t.add_argument("--kl-coef", type=float, default=0.05, help="GRPO: weight of the exact KL to the run's start")
     t.add_argument("--temperature", type=float, default=0.7, help="GRPO: sampling temperature of the group")
+    t.add_argument(
+        "--draw-seed",
+        type=int,
+        default=None,
+        help="seeds the draws (plan order, GRPO's replies and scoring) instead of --seed, which still fixes the split: "
+        "a replicate run on the same held-out plans",
+    )
     _common(t)
     e = sub.add_parser("evaluate", help="replies to the held-out plans: share with code, that ran, mean reward")
     e.add_argument("--adapter", default=None, help="a coder adapter (directory or shipped name); none: stock")

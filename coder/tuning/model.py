@@ -31,6 +31,7 @@ import numpy as np
 from jaxarena.llm import lora as L
 from jaxarena.llm import model as M
 from jaxarena.llm.generate import GGUFGenerator
+from jaxarena.llm.programs import nucleus_keep
 
 #: Suffix lengths the training programs are compiled for (a longer reply is refused, not cut).
 SUFFIX_BUCKETS = (256, 384, 512, 768)
@@ -167,12 +168,12 @@ def sampled_log_probs(scaled: jax.Array, targets: jax.Array, top_k: int, top_p: 
     policy gradient on its replies is on-policy only under that distribution: the full
     softmax would count mass no reply could come from. The kept set is held fixed in
     the gradient (as the draw did). A target outside the set keeps a finite log-prob:
-    a rounding difference between generation and this forward at the set's edge, or
-    the end-of-turn token GRPO appends to a reply that stopped on another stop token.
+    a rounding difference between generation and this forward at the set's edge can
+    put a drawn token just outside it.
     """
     vals = jax.lax.top_k(scaled, top_k)[0]  # (..., k), descending
     probs = jax.nn.softmax(vals, axis=-1)
-    keep = jax.lax.stop_gradient(jnp.cumsum(probs, axis=-1) - probs < top_p)
+    keep = jax.lax.stop_gradient(nucleus_keep(probs, top_p))
     kept_mass = jax.nn.logsumexp(jnp.where(keep, vals, -jnp.inf), axis=-1)
     return jnp.take_along_axis(scaled, targets[..., None], axis=-1)[..., 0] - kept_mass
 

@@ -12,7 +12,7 @@ Decision-Making Tasks* on the squad-policy language.
   ```python block and the end of the turn) given the loop's coder prompt, on
   the training examples (`examples`: baselines and filtered variants, each
   with its plan). Each step draws `batch` examples from a permutation keyed
-  by the seed and the epoch, so a resumed run draws the same ones. Held-out
+  by the seed (`draw_seed` when given) and the epoch, so a resumed run draws the same ones. Held-out
   NLL per reply token is logged every `eval_every` steps.
 - **GRPO** samples a group of `group` replies per training plan from the
   current adapter (the loop's prompt, candidates 1..G, at `temperature`),
@@ -52,6 +52,7 @@ from jaxarena.llm.tuning.losses import group_advantages
 from jaxarena.llm.tuning.train import load_checkpoint, save_checkpoint, write_curves
 
 from ..extract import extract_code
+from ..loop_config import CODER_TOP_P
 from ..score_types import ScoreConfig
 from ..scoring import score_sources
 from .evaluate import coder_prompts
@@ -59,8 +60,6 @@ from .examples import Example
 from .model import CoderModel
 
 METHODS = ("sft", "grpo")
-#: GRPO draws its groups with the generator's top-k and this top-p; its loss takes log-probs under the same rule.
-GRPO_TOP_P = 0.95
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +75,9 @@ class CoderTuneConfig:
     targets: tuple[str, ...] = L.TARGETS
     eval_every: int = 10
     seed: int = 0
+    # The draws (plan order, GRPO's replies and their scoring episodes) when not `seed`'s: a replicate run
+    # on the same split, whose held-out plans `seed` fixes.
+    draw_seed: int | None = None
     scenario: str = "paper"
     init_from: str | None = None
     held_out: float = 0.25  # the share of the variants kept out of training (`examples.split`)
@@ -95,6 +97,8 @@ class CoderTuneConfig:
         for name in ("steps", "batch", "eval_every", "group", "max_new_tokens", "episodes_per_bot", "filter_episodes"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.temperature > 0:  # GRPO's log-probs divide the logits by it; 0 would be greedy, with none
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
         if self.method == "grpo" and self.group < 2:
             raise ValueError("GRPO needs a group of at least 2 replies per plan")
         object.__setattr__(self, "targets", tuple(self.targets))
@@ -103,8 +107,16 @@ class CoderTuneConfig:
     def lora(self) -> L.LoraConfig:
         return L.LoraConfig(rank=self.rank, alpha=self.alpha, targets=self.targets)
 
+    @property
+    def draws(self) -> int:
+        """The seed of the run's draws: `draw_seed`, else `seed`."""
+        return self.seed if self.draw_seed is None else self.draw_seed
+
     def to_json(self) -> dict:
-        return {**dataclasses.asdict(self), "targets": list(self.targets)}
+        record = {**dataclasses.asdict(self), "targets": list(self.targets)}
+        if self.draw_seed is None:  # as runs recorded before the field existed, so they resume
+            del record["draw_seed"]
+        return record
 
 
 def sft_loss(model: CoderModel, lora: L.LoraConfig, adapter, base, prefix, batch) -> jax.Array:
@@ -118,10 +130,10 @@ def grpo_loss(
 ) -> tuple[jax.Array, dict]:
     """-A_i * mean log-prob of reply i, plus kl_coef * the exact per-token KL to the reference, averaged.
 
-    The log-probs are the sampler's (top-k, then top-p at `GRPO_TOP_P`, at `temperature`), the policy
+    The log-probs are the sampler's (top-k, then top-p at `CODER_TOP_P`, at `temperature`), the policy
     that wrote the replies; the KL is over the whole vocabulary.
     """
-    sampler = (model.generator.top_k, GRPO_TOP_P)
+    sampler = (model.generator.top_k, CODER_TOP_P)
     lp, logp = model._log_probs(
         base, adapter, *prefix, batch, lora=lora, with_logits=True, temperature=temperature, sampler=sampler
     )
@@ -210,6 +222,8 @@ def train_coder(
         "acts_on": L.AFTER_PREFIX,
         "method": config.method,
         "config": config.to_json(),
+        # The rule GRPO's groups were drawn with, and its log-probs taken under.
+        **({"sampler": {"top_k": model.generator.top_k, "top_p": CODER_TOP_P}} if config.method == "grpo" else {}),
         "steps": step,
         "examples": {"train": [e.name for e in train_examples], "held_out": [e.name for e in held_out]},
         "history": history,
@@ -238,7 +252,7 @@ def _sft_method(config, model, train_examples, held_out, reference, task, apply,
     held_batches = [model.batch([(e_user(e, reference, task), e.reply)]) for e in held_out]
 
     def run_step(adapter, opt_state, step):
-        idx = _draw(len(train_examples), config.batch, step, config.seed)
+        idx = _draw(len(train_examples), config.batch, step, config.draws)
         batch = model.batch([(e_user(train_examples[i], reference, task), train_examples[i].reply) for i in idx])
         loss, g = grad(adapter, model.base, prefix, batch)
         adapter, opt_state = apply(adapter, opt_state, g)
@@ -302,21 +316,21 @@ def e_user(example: Example, reference: str, task: str, candidate: int = 1, cand
 
 def _grpo_step(config, model, lora, adapter, examples, step, reference, task, cache) -> dict:
     """Sample a group for one training plan with the current adapter, score it, and build the update's batch."""
-    (i,) = _draw(len(examples), 1, step, config.seed)
+    (i,) = _draw(len(examples), 1, step, config.draws)
     prompts = coder_prompts(reference, task, [examples[i].plan], config.group)
     gen = model.generator
     gen.use_adapter(adapter, lora, after_prefix=True)
     seed = gen.seed
-    gen.seed = config.seed * 100_003 + step  # a fresh draw per step, the same on resume
+    gen.seed = config.draws * 100_003 + step  # a fresh draw per step, the same on resume
     try:
-        replies = gen.generate([(p.system, p.user) for p in prompts], temperature=config.temperature, top_p=GRPO_TOP_P)
+        replies = gen.generate([(p.system, p.user) for p in prompts], temperature=config.temperature, top_p=CODER_TOP_P)
     finally:
         gen.use_adapter(None)
         gen.seed = seed
     failed = [r.error for r in replies if r.error]
     if failed:
         raise ValueError(f"the coder could not answer {len(failed)} of {len(replies)} prompts: {failed[0]}")
-    score_config = ScoreConfig(episodes_per_bot=config.episodes_per_bot, scenario=config.scenario, seed=config.seed)
+    score_config = ScoreConfig(episodes_per_bot=config.episodes_per_bot, scenario=config.scenario, seed=config.draws)
     scores = score_sources([extract_code(r.text) for r in replies], score_config, cache)
     rewards = np.array([s.reward for s in scores], np.float32)
     stats = {
@@ -327,12 +341,9 @@ def _grpo_step(config, model, lora, adapter, examples, step, reference, task, ca
     }
     if np.all(rewards == rewards[0]):  # no advantage: nothing to learn from this group
         return {"pairs": [], "stats": stats}
-    # A reply that ended its turn is trained to end it; one cut at the token limit is not.
+    # A reply is trained on the tokens it drew, the stop token included; one cut at the token limit has none.
     pairs = [
-        (
-            p.user,
-            list(r.token_ids) + ([model.tokenizer.end_of_turn_id] if len(r.token_ids) < gen.max_new_tokens else []),
-        )
+        (p.user, list(r.token_ids) + ([r.stop_id] if r.stop_id is not None else []))
         for p, r in zip(prompts, replies, strict=True)
     ]
     advantages = np.asarray(group_advantages(jnp.asarray(rewards[None])))[0]

@@ -1,44 +1,33 @@
-"""Tuning the coder's LLM: the examples, the after-prefix adapter (trained as it generates), SFT, GRPO, resume."""
+"""Tuning the coder's LLM: the examples, the after-prefix adapter (trained as it generates), SFT, resume, the CLI.
+
+GRPO's loss, its step and its sampler are tested in test_coder_grpo.py.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
 import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from tiny_coder import FIXTURE, SYSTEM, make_tiny_generator, random_adapter
 
 from jaxarena.coder.language import BASELINES
+from jaxarena.coder.loop_config import CODER_TOP_P
 from jaxarena.coder.sandbox import check_program
 from jaxarena.coder.tuning import examples as X
 from jaxarena.coder.tuning.model import CoderModel
-from jaxarena.coder.tuning.train import CoderTuneConfig, grpo_loss, sft_loss, train_coder
+from jaxarena.coder.tuning.train import CoderTuneConfig, sft_loss, train_coder
 from jaxarena.llm import lora as L
 from jaxarena.llm import model as M
-
-FIXTURE = Path(__file__).resolve().parents[2] / "llm" / "fixtures" / "tiny_llama.gguf"
-SYSTEM = "Role: coder. Write one policy in the squad-policy language."
 
 
 @pytest.fixture(scope="module")
 def tiny_generator():
-    from jaxarena.llm.generate import GGUFGenerator
-    from jaxarena.llm.weights import load_model
-
-    loaded = load_model(FIXTURE, use_cache=False, float32=True)
-    return GGUFGenerator(
-        loaded, dtype=jnp.float32, max_new_tokens=12, batch_buckets=(1, 4), suffix_buckets=(64, 128, 256)
-    )
-
-
-def _random_adapter(cfg, lora, key, scale=0.3):
-    leaves, tree = jax.tree.flatten(L.init_adapter(cfg, lora, key))
-    keys = jax.random.split(jax.random.fold_in(key, 1), len(leaves))
-    return jax.tree.unflatten(tree, [scale * jax.random.normal(k, x.shape) for k, x in zip(keys, leaves, strict=True)])
+    return make_tiny_generator()
 
 
 # --- the examples ------------------------------------------------------------------------------------
@@ -114,7 +103,7 @@ def test_a_zero_adapter_gives_the_base_models_reply_log_probs(tiny_generator):
 def test_greedy_replies_of_an_after_prefix_adapter_are_the_argmax_of_the_training_path(tiny_generator):
     model = CoderModel(tiny_generator, SYSTEM)
     lora = L.LoraConfig(rank=4)
-    adapter = _random_adapter(model.cfg, lora, jax.random.key(5))
+    adapter = random_adapter(model.cfg, lora, jax.random.key(5))
     user = "Plan: kite the bot with orbs."
 
     def greedy_and_training_argmax(after_prefix):
@@ -143,7 +132,7 @@ def test_a_generator_loading_an_after_prefix_adapter_builds_its_prefix_from_the_
     from jaxarena.llm.weights import load_model
 
     lora = L.LoraConfig(rank=4)
-    adapter = _random_adapter(tiny_generator.cfg, lora, jax.random.key(2))
+    adapter = random_adapter(tiny_generator.cfg, lora, jax.random.key(2))
     card = {"acts_on": L.AFTER_PREFIX}
     path = L.save_adapter(tmp_path / "coder", adapter, lora, base_sha256=tiny_generator.sha256, card=card)
     loaded = load_model(FIXTURE, use_cache=False, float32=True)
@@ -187,27 +176,6 @@ def test_sft_steps_lower_the_reply_nll(tiny_generator):
     assert float(loss_grad(adapter)[0]) < 0.7 * float(first)
 
 
-def test_grpo_raises_the_better_reply_and_lowers_the_worse(tiny_generator):
-    model = CoderModel(tiny_generator, SYSTEM)
-    lora = L.LoraConfig(rank=4)
-    adapter = _random_adapter(model.cfg, lora, jax.random.key(1), scale=0.05)
-    batch = model.batch([("Plan: a.", "return MELEE"), ("Plan: a.", "return RETREAT")])
-    ref = model.log_probs(None, None, batch, with_logits=True)[1]
-    advantages = jnp.array([1.0, -1.0])
-
-    def loss(a):
-        return grpo_loss(model, lora, 0.0, a, model.base, model.prefix_arrays(), batch, advantages, ref)[0]
-
-    g = jax.grad(loss)(adapter)
-    stepped = jax.tree.map(lambda a, d: a - 0.05 * d, adapter, g)
-    before = np.asarray(model.log_probs(adapter, lora, batch)).sum(-1)
-    after = np.asarray(model.log_probs(stepped, lora, batch)).sum(-1)
-    assert after[0] > before[0] and after[1] < before[1]
-    # The KL term is exact and zero at the reference.
-    _, aux = grpo_loss(model, lora, 1.0, None, model.base, model.prefix_arrays(), batch, advantages, ref)
-    assert abs(float(aux["kl"])) < 1e-6
-
-
 def test_sft_resumes_to_the_same_adapter_as_an_uninterrupted_run(tiny_generator, tmp_path):
     model = CoderModel(tiny_generator, SYSTEM)
     train = [
@@ -238,6 +206,18 @@ def test_the_config_refuses_bad_values():
         CoderTuneConfig(steps=0)
     with pytest.raises(ValueError, match="held_out must be in"):
         CoderTuneConfig(held_out=1.0)
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        CoderTuneConfig(method="grpo", temperature=0.0)
+
+
+def test_a_replicate_run_keeps_the_seed_of_the_split_and_draws_with_its_own():
+    from jaxarena.coder.tuning.train import _draw
+
+    first, replicate = CoderTuneConfig(seed=0), CoderTuneConfig(seed=0, draw_seed=3)
+    assert (first.draws, replicate.draws) == (0, 3) and replicate.seed == first.seed
+    # A run without a draw seed records its config as before the field existed, so older runs resume.
+    assert "draw_seed" not in first.to_json() and replicate.to_json()["draw_seed"] == 3
+    assert not np.array_equal(_draw(20, 4, 0, replicate.draws), _draw(20, 4, 0, first.draws))
 
 
 def test_the_cli_refuses_a_missing_adapter_in_one_line(capsys, tmp_path):
@@ -282,6 +262,9 @@ def test_the_paired_comparison_matches_replies_to_the_same_prompts(tmp_path, cap
     assert got["difference"] == pytest.approx(diff.mean())
     low, high = got["difference_ci95"]
     assert low < diff.mean() < high and high - low == pytest.approx(2 * 2.5706 * diff.std(ddof=1) / np.sqrt(6), 1e-3)
+    boot_low, boot_high = got["difference_bootstrap_ci95"]  # the protocol's paired bootstrap: a mean's spread
+    assert boot_low < diff.mean() < boot_high and boot_low >= diff.min() and boot_high <= diff.max()
+    assert boot_high - boot_low < high - low  # six pairs: the percentile bootstrap is narrower than the t-interval
     assert (got["better"], got["worse"], got["same"]) == (3, 1, 2)
     assert (got["ran_before"], got["ran_after"]) == (4, 5)
     assert 0.0 < got["wilcoxon_p"] <= 1.0
@@ -341,6 +324,8 @@ def test_the_shipped_grpo_coder_adapter_loads_for_the_embedded_model():
     loaded = L.load_adapter(directory, generator.cfg, generator.sha256)
     assert L.acts_after_prefix(loaded) and loaded.card["config"]["init_from"] == "smollm2-coder-sft"
     assert loaded.lora.rank == 8 and len(loaded.adapter) == generator.cfg.n_layers
+    # The rule its groups were drawn with, and its log-probs taken under: the generator's and the loop's.
+    assert loaded.card["sampler"] == {"top_k": generator.top_k, "top_p": CODER_TOP_P}
 
 
 def test_evaluate_refuses_plans_the_adapter_was_trained_on(capsys, tmp_path):
@@ -350,93 +335,3 @@ def test_evaluate_refuses_plans_the_adapter_was_trained_on(capsys, tmp_path):
     assert main(["evaluate", "--adapter", "smollm2-coder-sft", "--seed", "5", "--out", str(tmp_path / "e.json")]) == 2
     err = capsys.readouterr().err
     assert "was trained on" in err and err.count("\n") == 1
-
-
-def test_a_grpo_step_learns_from_unequal_rewards_skips_equal_ones_and_leaves_the_generator_as_it_was(
-    tiny_generator, monkeypatch
-):
-    from jaxarena.coder.score_types import Score
-    from jaxarena.coder.tuning import train as T
-    from jaxarena.llm.types import Prompt
-
-    model = CoderModel(tiny_generator, SYSTEM)
-    # The loop's coder prompt does not fit the tiny model's 512-token context: a short one, candidates 1..k.
-    monkeypatch.setattr(
-        T, "coder_prompts", lambda r, t, plans, k: [Prompt(SYSTEM, f"{p} #{i}") for p in plans for i in range(k)]
-    )
-    config = CoderTuneConfig(method="grpo", group=2, rank=4, lr=1e-2, max_new_tokens=12)
-    examples = [X.Example("e", "f", "plan e", "def policy(obs):\n    return MELEE")]
-    rewards = {"now": [0.9, -1.0]}
-    monkeypatch.setattr(T, "score_sources", lambda sources, *a, **k: [Score(r, "ok") for r in rewards["now"]])
-    apply = jax.jit(lambda a, s, g: (jax.tree.map(lambda x, d: x - 0.5 * d, a, g), s))
-    adapter = L.init_adapter(model.cfg, config.lora, jax.random.key(0))
-    run_step, _ = T._grpo_method(config, model, examples, [], "ref", "task", apply, adapter)
-    seed_before = tiny_generator.seed
-    stepped, _, stats = run_step(adapter, None, 0)
-    assert stats["mean_reward"] == pytest.approx(-0.05) and "loss" in stats
-    assert tiny_generator.params is tiny_generator.base_params and tiny_generator.seed == seed_before
-    changed = jax.tree.leaves(jax.tree.map(lambda a, b: bool(jnp.any(a != b)), adapter, stepped))
-    assert any(changed)
-    rewards["now"] = [0.5, 0.5]  # no advantage: the adapter is returned as it was
-    same, _, stats = run_step(stepped, None, 1)
-    assert "loss" not in stats
-    chex.assert_trees_all_equal(same, stepped)
-
-
-def test_log_probs_at_a_temperature_are_those_of_the_tempered_softmax(tiny_generator):
-    model = CoderModel(tiny_generator, SYSTEM)
-    batch = model.batch([("Plan: rush.", "def policy(obs):\n    return MELEE")])
-    _, plain = model.log_probs(None, None, batch, with_logits=True)
-    hot = model._log_probs(model.base, None, *model.prefix_arrays(), batch, lora=None, temperature=2.0)
-    logits = np.asarray(plain)  # a log-softmax is the logits up to a per-position constant
-    expected = np.take_along_axis(np.asarray(jax.nn.log_softmax(logits / 2.0, -1)), batch.targets[..., None], -1)[
-        ..., 0
-    ]
-    np.testing.assert_allclose(np.asarray(hot)[batch.reply], expected[batch.reply], atol=1e-5)
-    assert not np.allclose(np.asarray(hot)[batch.reply], np.asarray(model.log_probs(None, None, batch))[batch.reply])
-
-
-def test_grpo_takes_log_probs_under_the_sampler_that_drew_the_replies(tiny_generator):
-    from jaxarena.coder.tuning.model import sampled_log_probs
-    from jaxarena.llm.programs import sample_token
-
-    # The rule: the frequencies of the generator's own sampler (top-k, then top-p, at a temperature).
-    V, top_k, top_p, t = 12, 5, 0.8, 0.7
-    logits = jax.random.normal(jax.random.key(7), (V,)) * 1.5
-    keys = jax.random.split(jax.random.key(8), 40_000)
-    draws = np.asarray(jax.vmap(lambda k: sample_token(logits, k, t, top_p, top_k))(keys))
-    freq = np.bincount(draws, minlength=V) / len(draws)
-    every = jnp.broadcast_to(logits / t, (V, V))  # one row per target token
-    p = np.exp(np.asarray(sampled_log_probs(every, jnp.arange(V), top_k, top_p)))
-    drawn = freq > 0
-    assert 1 < drawn.sum() < top_k  # top-p cut inside the top-k: both truncations are exercised
-    np.testing.assert_allclose(p[drawn].sum(), 1.0, atol=1e-5)
-    np.testing.assert_allclose(p[drawn], freq[drawn], atol=0.01)
-    # The wiring: with nothing truncated, the sampler's log-probs are the full softmax's.
-    model = CoderModel(tiny_generator, SYSTEM)
-    batch = model.batch([("Plan: rush.", "def policy(obs):\n    return MELEE")])
-    full = model._log_probs(model.base, None, *model.prefix_arrays(), batch, lora=None, temperature=0.7)
-    untruncated = model._log_probs(
-        model.base, None, *model.prefix_arrays(), batch, lora=None, temperature=0.7, sampler=(model.cfg.vocab_size, 1.0)
-    )
-    np.testing.assert_allclose(np.asarray(untruncated), np.asarray(full), atol=1e-5)
-    cut = model._log_probs(
-        model.base, None, *model.prefix_arrays(), batch, lora=None, temperature=0.7, sampler=(top_k, top_p)
-    )
-    cut, full = np.asarray(cut)[batch.reply], np.asarray(full)[batch.reply]
-    assert np.all(cut >= full - 1e-6) and np.any(cut > full + 1e-3)  # renormalised over fewer tokens: higher
-    # GRPO's loss is built on them: with no KL, -advantage x the mean of the sampler's log-probs.
-    from jaxarena.coder.tuning.train import GRPO_TOP_P
-
-    loss, _ = grpo_loss(model, None, 0.0, None, model.base, model.prefix_arrays(), batch, jnp.ones(1), 0.0, 0.7)
-    sampled = model._log_probs(
-        model.base,
-        None,
-        *model.prefix_arrays(),
-        batch,
-        lora=None,
-        temperature=0.7,
-        sampler=(tiny_generator.top_k, GRPO_TOP_P),
-    )
-    np.testing.assert_allclose(float(loss), -float(np.asarray(sampled).sum() / batch.reply.sum()), rtol=1e-5)
-    assert not np.isclose(float(loss), -float(full.sum() / batch.reply.sum()), rtol=1e-4)
