@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxarena import cli_errors
 from jaxarena.cli_errors import ArgumentParser, UserError, cli_main
 from jaxarena.registry import ARENA_IDS
 from jaxarena.scenarios import SCENARIOS
@@ -148,7 +149,7 @@ def main(argv=None) -> int:
     )
     runner, interrupted = _train(args, config, run, runner, ckpt, log, run_dir, t0)
     _print_outputs(config, runner, interrupted, ckpt, log, run_dir, t0)
-    return 130 if interrupted else 0
+    return cli_errors.INTERRUPTED_EXIT if interrupted else 0
 
 
 def _say(text: str) -> None:
@@ -268,9 +269,11 @@ def _train(args, config: PPOConfig, run, runner, ckpt, log: MetricsLog, run_dir:
                 plot_curves(log.rows, run_dir / "learning_curve.png", f"Combination {config.combination}")
     except KeyboardInterrupt:
         interrupted = True
-        print("\ninterrupted: the unfinished chunk is lost, saved checkpoints are intact", file=sys.stderr)
     finally:
         bar.close()
+    if interrupted:
+        hint = f"the unfinished chunk is lost, saved checkpoints are intact; {cli_errors.RESUME_HINT}"
+        cli_errors.interrupted("jaxarena-train", hint)
     return runner, interrupted
 
 

@@ -94,3 +94,28 @@ def test_time_to_policy_smoke_mode_reports_both_recipes(tmp_path):
         assert {"env_steps", "train_s", "eval_s", "win_balanced", "win_evasive", "kind", "load1"} <= set(p)
         assert 0.0 <= p["win_balanced"] <= 1.0 and 0.0 <= p["win_evasive"] <= 1.0
     assert len((tmp_path / "curve.jsonl").read_text().splitlines()) == len(points)
+
+
+@pytest.mark.slow  # a tiny run compiled in-process, twice
+def test_an_interrupted_run_says_how_to_resume_and_the_same_command_does(tmp_path, capsys, monkeypatch):
+    from jaxarena.algorithms import train_loop
+
+    command = ["--total-steps", str(6 * 8 * 4), "--out", str(tmp_path / "run"), "--chunk", "2", "--no-progress"]
+    command += ["--num-envs", "6", "--num-steps", "8", "--hidden", "8", "--keep-xla-flags"]
+    calls = {"n": 0}
+    real = train_loop.host_metrics
+
+    def ctrl_c_in_the_second_chunk(metrics, i):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real(metrics, i)
+
+    monkeypatch.setattr(train_loop, "host_metrics", ctrl_c_in_the_second_chunk)
+    assert main(command) == 130
+    err = capsys.readouterr().err
+    assert "jaxarena-train: interrupted; the unfinished chunk is lost" in err and "run the same command again" in err
+    assert "Traceback" not in err
+    monkeypatch.setattr(train_loop, "host_metrics", real)
+    assert main(command) == 0
+    assert "at update 2/4" in capsys.readouterr().out
