@@ -77,6 +77,8 @@ CASES = [
     ("jaxarena-coder", ["--llm", "nope"], ["unknown LLM 'nope'"], ValueError),
     ("jaxarena-train-selector", ["--num-envs", "0"], ["num_envs must be >= 1"], ValueError),
     ("jaxarena-tune-llm", ["train", "--data", "{tmp}/no-data"], ["no-data"], OSError),
+    ("jaxarena-tune-llm", ["look-first", "--period", "0"], ["decision period must be > 0"], ValueError),
+    ("jaxarena-tune-llm", ["look-first", "--window", "-1"], ["look window must be >= 0"], ValueError),
     ("demo.py", ["--episodes", "0"], ["--episodes must be at least 1"], None),
 ]
 

@@ -128,26 +128,48 @@ def _evaluate(args) -> None:
     print(f"written to {out}/study.json and study.md")
 
 
-def _history_bound(args) -> None:
+def _play_readers(args, run, markdown, name: str, counts: tuple[str, ...] = ("episodes",), **kwargs) -> None:
+    """`history-bound` and `look-first`: check the episode counts, play, print the table, say where it went."""
     from jaxarena.cli_errors import UserError
 
-    from .history_bound import markdown, run_history_bound
-
-    for flag, value in (("--episodes", args.episodes), ("--search-episodes", args.search_episodes)):
-        if value < 1:
-            raise UserError(f"{flag} must be at least 1, got {value}")
-
-    result = run_history_bound(
+    for field in counts:
+        if getattr(args, field) < 1:
+            raise UserError(f"--{field.replace('_', '-')} must be at least 1, got {getattr(args, field)}")
+    result = run(
         scenario=args.scenario,
         policy_spec=args.policy,
         out=args.out,
         episodes=args.episodes,
-        search_episodes=args.search_episodes,
         seed=args.seed,
         bots=tuple(args.bots),
+        **kwargs,
     )
     print(markdown(result))
-    print(f"written to {args.out}/history_bound.json and history_bound.md")
+    print(f"written to {args.out}/{name}.json and {name}.md")
+
+
+def _history_bound(args) -> None:
+    from .history_bound import markdown, run_history_bound
+
+    counts = ("episodes", "search_episodes")
+    _play_readers(args, run_history_bound, markdown, "history_bound", counts, search_episodes=args.search_episodes)
+
+
+def _look_first(args) -> None:
+    from .look_first import markdown, run_look_first
+
+    _play_readers(args, run_look_first, markdown, "look_first", period_s=args.period, window_s=args.window)
+
+
+def _reader_args(p, name: str, held_out: bool) -> None:
+    """The arguments `history-bound` and `look-first` share: the squad, its arena, the episodes, the output."""
+    which = "held-out " if held_out else ""
+    p.add_argument("--scenario", default="raid")
+    p.add_argument("--policy", default="B-obey-raid")
+    p.add_argument("--bots", nargs="+", default=list(BOT_TYPES), choices=BOT_TYPES)
+    p.add_argument("--episodes", type=int, default=100, help=f"{which}paired episodes per bot (the protocol's keys)")
+    p.add_argument("--seed", type=int, default=0, help=f"the protocol's seed of the {which}episodes")
+    p.add_argument("--out", required=True, help=f"directory for {name}.json and {name}.md")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -215,14 +237,19 @@ def parser() -> argparse.ArgumentParser:
         help="what a prompt with the bot's movement could win: a tag table over distance and approach, searched "
         "on training episodes and played on held-out ones",
     )
-    h.add_argument("--scenario", default="raid")
-    h.add_argument("--policy", default="B-obey-raid")
-    h.add_argument("--bots", nargs="+", default=list(BOT_TYPES), choices=BOT_TYPES)
-    h.add_argument("--episodes", type=int, default=100, help="held-out paired episodes per bot (the protocol's keys)")
+    _reader_args(h, "history_bound", held_out=True)
     h.add_argument("--search-episodes", type=int, default=200, help="training episodes per bot (seed + 1's keys)")
-    h.add_argument("--seed", type=int, default=0, help="the protocol's seed of the held-out episodes")
-    h.add_argument("--out", required=True, help="directory for history_bound.json and history_bound.md")
     h.set_defaults(fn=_history_bound, needs_llm=False)  # it plays tag tables, not the LLM
+
+    f = sub.add_parser(
+        "look-first",
+        help="what a reader of the bot's first moves wins at a short decision period: Retreat where the bot "
+        "closed in during the first seconds, else Aggressive, against always Aggressive, paired",
+    )
+    _reader_args(f, "look_first", held_out=False)
+    f.add_argument("--period", type=float, default=0.2, help="seconds between decisions (the paper's is 5)")
+    f.add_argument("--window", type=float, default=1.4, help="seconds from spawn in which the reader may retreat")
+    f.set_defaults(fn=_look_first, needs_llm=False)  # a rule reader, not the LLM
     return p
 
 

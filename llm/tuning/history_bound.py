@@ -93,8 +93,13 @@ def initial_carry(table: Sequence[int], num_episodes: int):
     return jnp.asarray(table), blank_histories(num_episodes)
 
 
-def make_player(scenario: str, policy_spec: str, episodes: int, bots: Sequence[str] = BOT_TYPES):
-    """`play(table, seed) -> {bot: wins (episodes,) float64}` on the protocol's keys of `seed`."""
+def squad_runner(
+    scenario: str, policy_spec: str, episodes: int, bots: Sequence[str], source: TagSource, **overrides
+) -> Callable:
+    """`run(bot, seed, tag_state) -> RolloutResult`: the squad under `source` on the protocol's keys of `seed`.
+
+    `overrides` replace env params for every bot (e.g. `decision_period_s`); one compiled rollout serves all.
+    """
     import jaxarena
     from jaxarena.algorithms.checkpoint import load_policy
     from jaxarena.protocol.config import cell_key_data
@@ -103,17 +108,25 @@ def make_player(scenario: str, policy_spec: str, episodes: int, bots: Sequence[s
 
     policy, policy_params = load_policy(policy_spec)
     env_id = policy_env_id(policy)
-    env, params0 = jaxarena.make(env_id, bot=bots[0], scenario=scenario)
-    run = make_runner(env, params0, policy, table_source(), episodes)
-    bot_params = {bot: jaxarena.make(env_id, bot=bot, scenario=scenario)[1] for bot in bots}
+    bot_params = {bot: jaxarena.make(env_id, bot=bot, scenario=scenario)[1].replace(**overrides) for bot in bots}
+    env = jaxarena.make(env_id, bot=bots[0], scenario=scenario)[0]
+    rollout = make_runner(env, bot_params[bots[0]], policy, source, episodes)
+
+    def run(bot: str, seed: int, tag_state):
+        return rollout(policy_params, bot_params[bot], jnp.asarray(cell_key_data(seed, bot)), tag_state=tag_state)
+
+    return run
+
+
+def make_player(scenario: str, policy_spec: str, episodes: int, bots: Sequence[str] = BOT_TYPES):
+    """`play(table, seed) -> {bot: wins (episodes,) float64}` on the protocol's keys of `seed`."""
+    run = squad_runner(scenario, policy_spec, episodes, bots, table_source())
 
     def play(table, seed: int) -> dict[str, np.ndarray]:
-        wins = {}
-        for bot, params in bot_params.items():
-            key = jnp.asarray(cell_key_data(seed, bot))
-            result = run(policy_params, params, key, tag_state=initial_carry(table, episodes))
-            wins[bot] = np.asarray(result.outcome == NPC_WIN, np.float64)
-        return wins
+        return {
+            bot: np.asarray(run(bot, seed, initial_carry(table, episodes)).outcome == NPC_WIN, np.float64)
+            for bot in bots
+        }
 
     return play
 

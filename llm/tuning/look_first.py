@@ -1,0 +1,150 @@
+"""Look first, then choose: what a reader of the bot's first moves wins at a short decision period.
+
+On `raid` the squad under the stock LLM (always Aggressive) wins 42% against the
+aggressive bot, and retreating at the first decision wins about 20 points more,
+but the same first Retreat loses about 35 against the evasive bot: at the paper's
+5 s period the first decision comes before either bot has moved, and it holds for
+five seconds. At that cadence `history_bound` found no reader of the prompt or
+of the bot's movement that gets round this.
+
+At a shorter period the bot shows itself before the choice costs much: 0.2 s
+after spawn the aggressive bot has moved toward the squad and the evasive one
+away. The *look-first reader* decides every `decision_period_s` and, for the
+first `window_s` seconds of an episode, answers Retreat wherever the bot moved
+toward the squad since the previous decision (approach >= 0.2 of its reach,
+`deduction.approach_bin`); otherwise, and after the window, Aggressive. It reads
+the clock and the bot's movement, which Table 10's prompt does not hold, so it
+is a bound on what a chooser with a richer prompt and a faster period could win,
+not a result of the LLM.
+
+`look_first_report` plays it beside always-Aggressive on the protocol's paired
+keys, with each decision's tag recorded, so a gain bought by giving up the fight
+shows (the Retreat share and the episodes' durations are reported).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxarena.files import write_atomic
+from jaxarena.names import BOT_TYPES, NPC_WIN, TAG_NAMES
+from jaxarena.tag_sources import TagSource
+
+from ..deduction import TOWARD, approach_bin
+from ..history import APPROACH, blank_histories, push
+from .history_bound import squad_runner
+
+AGGRESSIVE, RETREAT = TAG_NAMES.index("Aggressive"), TAG_NAMES.index("Retreat")
+
+
+def look_first_source() -> TagSource:
+    """A tag source whose carry is (window_s () float32, the batch's histories); see the module docstring.
+
+    Give the window as `run(..., tag_state=initial_carry(window_s, N))`: a traced
+    argument, so always-Aggressive (a window of 0) runs in the same compiled rollout.
+    """
+
+    def step(carry, features, prev_tags, done, time_s, key, state=None, params=None):
+        window_s, histories = carry
+        histories = jax.vmap(push, in_axes=(0, 0, None))(histories, state, params)
+        closing = approach_bin(histories.points[:, -1, APPROACH]) == TOWARD
+        # Decisions fall on multiples of the period: half a tick of slack keeps the one at window_s out.
+        early = jnp.broadcast_to(time_s, closing.shape) < window_s - 0.5 * params.dt
+        tags = jnp.where(early & closing, RETREAT, AGGRESSIVE).astype(jnp.int32)
+        return tags, None, (window_s, histories)
+
+    return TagSource(step, lambda n: initial_carry(0.0, n), reads_state=True)
+
+
+def initial_carry(window_s: float, num_episodes: int):
+    if not window_s >= 0.0:
+        raise ValueError(f"the look window must be >= 0 seconds, got {window_s}")
+    return jnp.float32(window_s), blank_histories(num_episodes)
+
+
+def look_first_report(
+    *,
+    scenario: str,
+    policy_spec: str,
+    period_s: float,
+    window_s: float,
+    episodes: int = 100,
+    seed: int = 0,
+    bots: Sequence[str] = BOT_TYPES,
+    n_boot: int = 10_000,
+) -> dict:
+    """The reader and always-Aggressive on the protocol's paired keys of `seed`, at `period_s`, per bot."""
+    from jaxarena.protocol.stats import bootstrap_rate_ci, paired_bootstrap_diff
+
+    if not period_s > 0.0:
+        raise ValueError(f"the decision period must be > 0 seconds, got {period_s}")
+    initial_carry(window_s, 1)  # refuses a bad window before anything compiles
+    run = squad_runner(scenario, policy_spec, episodes, bots, look_first_source(), decision_period_s=period_s)
+    readers = {"always Aggressive": 0.0, "look first": window_s}
+    report = {name: {} for name in readers}
+    for bot in bots:
+        results = {name: run(bot, seed, initial_carry(w, episodes)) for name, w in readers.items()}
+        wins = {name: np.asarray(r.outcome == NPC_WIN, np.float64) for name, r in results.items()}
+        for name, result in results.items():
+            active = np.asarray(result.decision_active)
+            tags = np.asarray(result.decision_tags)[active]
+            diff = paired_bootstrap_diff(wins[name], wins["always Aggressive"], n_boot=n_boot, seed=seed)
+            report[name][bot] = {
+                "win_pct": 100 * float(wins[name].mean()),
+                "win_ci": list(bootstrap_rate_ci(wins[name].astype(np.int64), 1, n_boot=n_boot, seed=seed)),
+                "minus_always_aggressive": [100 * x for x in diff],
+                "retreat_share": float(np.mean(tags == RETREAT)),
+                "mean_duration_s": float(np.mean(np.asarray(result.duration_s))),
+            }
+    return {
+        "scenario": scenario,
+        "policy": policy_spec,
+        "episodes": episodes,
+        "seed": seed,
+        "decision_period_s": period_s,
+        "window_s": window_s,
+        "bots": list(bots),
+        "readers": report,
+    }
+
+
+def markdown(result: dict) -> str:
+    bots = result["bots"]
+    lines = [
+        f"Scenario `{result['scenario']}`, squad `{result['policy']}`, a decision every "
+        f"{result['decision_period_s']:g} s, {result['episodes']} paired episodes per bot (the protocol's keys of "
+        f"seed {result['seed']}). Look first: Retreat where the bot closed in during the first "
+        f"{result['window_s']:g} s, else Aggressive.",
+        "",
+        "| reader | " + " | ".join(bots) + " |",
+        "|---|" + "---|" * len(bots),
+    ]
+    for name, row in result["readers"].items():
+        cells = []
+        for bot in bots:
+            r = row[bot]
+            d = r["minus_always_aggressive"]
+            retreat = 100 * r["retreat_share"]
+            cells.append(
+                f"{r['win_pct']:.0f}% ({d[0]:+.1f} [{d[1]:+.1f}, {d[2]:+.1f}]); Retreat {retreat:.1f}% "
+                f"of decisions; {r['mean_duration_s']:.0f} s"
+            )
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "In brackets: the paired difference from always Aggressive, pp [95% CI]; then the mean duration."]
+    return "\n".join(lines) + "\n"
+
+
+def run_look_first(*, out: str, **kwargs) -> dict:
+    """`look_first_report`, written to OUT/look_first.json and .md."""
+    result = look_first_report(**kwargs)
+    path = Path(out)
+    path.mkdir(parents=True, exist_ok=True)
+    write_atomic(path / "look_first.json", json.dumps(result, indent=2))
+    write_atomic(path / "look_first.md", markdown(result))
+    return result
