@@ -272,9 +272,16 @@ def _train(args, config: PPOConfig, run, runner, ckpt, log: MetricsLog, run_dir:
     finally:
         bar.close()
     if interrupted:
-        hint = f"the unfinished chunk is lost, saved checkpoints are intact; {cli_errors.RESUME_HINT}"
-        cli_errors.interrupted("jaxarena-train", hint)
+        cli_errors.interrupted("jaxarena-train", _resume_hint(args, ckpt))
     return runner, interrupted
+
+
+def _resume_hint(args, ckpt) -> str:
+    """What a Ctrl-C leaves, and how to go on: `--fresh` again would delete the checkpoints it names."""
+    if ckpt.latest_step() is None:
+        return "no checkpoint was saved yet; run the command again to start over"
+    again = "run the command again without --fresh to resume" if args.fresh else cli_errors.RESUME_HINT
+    return f"the unfinished chunk is lost, saved checkpoints are intact; {again}"
 
 
 def _progress_postfix(rows: list[dict], n: int, elapsed: float, config: PPOConfig) -> dict:

@@ -162,7 +162,8 @@ def build_parser() -> ArgumentParser:
         "--draw-seed",
         type=int,
         default=None,
-        help="seeds the draws (plan order, GRPO's replies and scoring) instead of --seed, which still fixes the split: "
+        help="seeds the draws (a fresh adapter, plan order, GRPO's replies and scoring) instead of --seed, which still "
+        "fixes the split: "
         "a replicate run on the same held-out plans",
     )
     _common(t)

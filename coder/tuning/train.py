@@ -75,8 +75,8 @@ class CoderTuneConfig:
     targets: tuple[str, ...] = L.TARGETS
     eval_every: int = 10
     seed: int = 0
-    # The draws (plan order, GRPO's replies and their scoring episodes) when not `seed`'s: a replicate run
-    # on the same split, whose held-out plans `seed` fixes.
+    # The draws (a fresh adapter's init, plan order, GRPO's replies and their scoring episodes) when not
+    # `seed`'s: a replicate run on the same split, whose held-out plans `seed` fixes.
     draw_seed: int | None = None
     scenario: str = "paper"
     init_from: str | None = None
@@ -97,8 +97,11 @@ class CoderTuneConfig:
         for name in ("steps", "batch", "eval_every", "group", "max_new_tokens", "episodes_per_bot", "filter_episodes"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not self.temperature > 0:  # GRPO's log-probs divide the logits by it; 0 would be greedy, with none
-            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if self.method == "grpo" and not self.temperature > 0:  # its log-probs divide the logits by it
+            raise ValueError(f"GRPO's temperature must be > 0, got {self.temperature}")
+        for name in ("seed", "draw_seed"):
+            if getattr(self, name) is not None and int(getattr(self, name)) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.method == "grpo" and self.group < 2:
             raise ValueError("GRPO needs a group of at least 2 replies per plan")
         object.__setattr__(self, "targets", tuple(self.targets))
@@ -234,7 +237,7 @@ def train_coder(
 def _start_adapter(config: CoderTuneConfig, model: CoderModel):
     """The adapter the run starts from: `init_from`'s (same rank and targets), or a zero one."""
     if not config.init_from:
-        return L.init_adapter(model.cfg, config.lora, jax.random.key(config.seed))
+        return L.init_adapter(model.cfg, config.lora, jax.random.key(config.draws))
     from jaxarena.llm.adapters import resolve_adapter
 
     directory = resolve_adapter(config.init_from, kind="coder-adapter")

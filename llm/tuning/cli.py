@@ -6,6 +6,7 @@
     jaxarena-tune-llm train --method grpo --data runs/raid-data --out runs/raid-grpo   # plays; data for eval
     jaxarena-tune-llm evaluate --adapter runs/raid-sft/adapter --out runs/raid-study
     jaxarena-tune-llm history-bound --out runs/raid-history-bound   # what a richer prompt could win
+    jaxarena-tune-llm look-first --out runs/raid-look-first         # ... and a faster decision period
 
 `data` and `train` resume: run the same command again after an interruption.
 Errors are one line with what to do; `--debug` shows the traceback.

@@ -12,7 +12,8 @@ after spawn the aggressive bot has moved toward the squad and the evasive one
 away. The *look-first reader* decides every `decision_period_s` and, for the
 first `window_s` seconds of an episode, answers Retreat wherever the bot moved
 toward the squad since the previous decision (approach >= 0.2 of its reach,
-`deduction.approach_bin`); otherwise, and after the window, Aggressive. It reads
+`deduction.approach_bin`); otherwise, and after the window, Aggressive. A
+decision is in the window when its tick comes before the window's end. It reads
 the clock and the bot's movement, which Table 10's prompt does not hold, so it
 is a bound on what a chooser with a richer prompt and a faster period could win,
 not a result of the LLM.
@@ -35,6 +36,7 @@ import numpy as np
 from jaxarena.files import write_atomic
 from jaxarena.names import BOT_TYPES, NPC_WIN, TAG_NAMES
 from jaxarena.tag_sources import TagSource
+from jaxarena.types import ticks
 
 from ..deduction import TOWARD, approach_bin
 from ..history import APPROACH, blank_histories, push
@@ -54,8 +56,8 @@ def look_first_source() -> TagSource:
         window_s, histories = carry
         histories = jax.vmap(push, in_axes=(0, 0, None))(histories, state, params)
         closing = approach_bin(histories.points[:, -1, APPROACH]) == TOWARD
-        # Decisions fall on multiples of the period: half a tick of slack keeps the one at window_s out.
-        early = jnp.broadcast_to(time_s, closing.shape) < window_s - 0.5 * params.dt
+        # In whole ticks, so float rounding of the clock cannot move a decision across the window's end.
+        early = jnp.broadcast_to(ticks(time_s, params.dt), closing.shape) < ticks(window_s, params.dt)
         tags = jnp.where(early & closing, RETREAT, AGGRESSIVE).astype(jnp.int32)
         return tags, None, (window_s, histories)
 
@@ -119,8 +121,8 @@ def markdown(result: dict) -> str:
     lines = [
         f"Scenario `{result['scenario']}`, squad `{result['policy']}`, a decision every "
         f"{result['decision_period_s']:g} s, {result['episodes']} paired episodes per bot (the protocol's keys of "
-        f"seed {result['seed']}). Look first: Retreat where the bot closed in during the first "
-        f"{result['window_s']:g} s, else Aggressive.",
+        f"seed {result['seed']}). Look first: in the first {result['window_s']:g} s, Retreat at a decision "
+        "where the bot closed in since the last one; else, and after, Aggressive.",
         "",
         "| reader | " + " | ".join(bots) + " |",
         "|---|" + "---|" * len(bots),

@@ -119,3 +119,10 @@ def test_an_interrupted_run_says_how_to_resume_and_the_same_command_does(tmp_pat
     monkeypatch.setattr(train_loop, "host_metrics", real)
     assert main(command) == 0
     assert "at update 2/4" in capsys.readouterr().out
+    # Stopped in its first chunk, a run has nothing saved, and says so.
+    calls["n"] = 2
+    monkeypatch.setattr(train_loop, "host_metrics", ctrl_c_in_the_second_chunk)
+    fresh = [*command, "--fresh"]
+    fresh[fresh.index("--out") + 1] = str(tmp_path / "early")
+    assert main(fresh) == 130
+    assert "no checkpoint was saved yet" in capsys.readouterr().err

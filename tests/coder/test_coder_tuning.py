@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from tiny_coder import FIXTURE, SYSTEM, make_tiny_generator, random_adapter
+from tiny_coder import FIXTURE, SYSTEM, random_adapter
 
 from jaxarena.coder.language import BASELINES
 from jaxarena.coder.loop_config import CODER_TOP_P
@@ -23,12 +23,6 @@ from jaxarena.coder.tuning.model import CoderModel
 from jaxarena.coder.tuning.train import CoderTuneConfig, sft_loss, train_coder
 from jaxarena.llm import lora as L
 from jaxarena.llm import model as M
-
-
-@pytest.fixture(scope="module")
-def tiny_generator():
-    return make_tiny_generator()
-
 
 # --- the examples ------------------------------------------------------------------------------------
 
@@ -206,8 +200,11 @@ def test_the_config_refuses_bad_values():
         CoderTuneConfig(steps=0)
     with pytest.raises(ValueError, match="held_out must be in"):
         CoderTuneConfig(held_out=1.0)
-    with pytest.raises(ValueError, match="temperature must be > 0"):
+    with pytest.raises(ValueError, match="GRPO's temperature must be > 0"):
         CoderTuneConfig(method="grpo", temperature=0.0)
+    assert CoderTuneConfig(method="sft", temperature=0.0).temperature == 0.0  # SFT samples nothing
+    with pytest.raises(ValueError, match="draw_seed must be >= 0"):
+        CoderTuneConfig(draw_seed=-1)
 
 
 def test_a_replicate_run_keeps_the_seed_of_the_split_and_draws_with_its_own():
@@ -263,7 +260,7 @@ def test_the_paired_comparison_matches_replies_to_the_same_prompts(tmp_path, cap
     low, high = got["difference_ci95"]
     assert low < diff.mean() < high and high - low == pytest.approx(2 * 2.5706 * diff.std(ddof=1) / np.sqrt(6), 1e-3)
     boot_low, boot_high = got["difference_bootstrap_ci95"]  # the protocol's paired bootstrap: a mean's spread
-    assert boot_low < diff.mean() < boot_high and boot_low >= diff.min() and boot_high <= diff.max()
+    assert boot_low < diff.mean() < boot_high
     assert boot_high - boot_low < high - low  # six pairs: the percentile bootstrap is narrower than the t-interval
     assert (got["better"], got["worse"], got["same"]) == (3, 1, 2)
     assert (got["ran_before"], got["ran_after"]) == (4, 5)

@@ -52,7 +52,7 @@ def test_the_reader_retreats_only_where_the_bot_closed_in_before_the_window_ends
         for p in range(tags.shape[0]):
             history = push(history, jax.tree.map(lambda x, p=p, n=n: x[p, n], result.decision_states), params)
             closing = int(approach_bin(history.points[-1, APPROACH])) == TOWARD
-            early = p * PERIOD_S < WINDOW_S - 1e-6
+            early = round(p * PERIOD_S / params.dt) < round(WINDOW_S / params.dt)  # in whole ticks
             assert tags[p, n] == (RETREAT if early and closing else AGGRESSIVE), (p, n)
     assert np.all(tags[0] == AGGRESSIVE)  # nothing has moved at the first decision
     assert np.any(tags == RETREAT)  # the aggressive bot charges at squads that stand still
