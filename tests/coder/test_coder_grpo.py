@@ -16,6 +16,11 @@ from jaxarena.coder.tuning.train import CoderTuneConfig, grpo_loss
 from jaxarena.llm import lora as L
 
 
+@pytest.fixture(scope="module")
+def tiny_generator():
+    return make_tiny_generator()
+
+
 def test_grpo_raises_the_better_reply_and_lowers_the_worse(tiny_generator):
     model = CoderModel(tiny_generator, SYSTEM)
     lora = L.LoraConfig(rank=4)

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from tiny_coder import FIXTURE, SYSTEM, random_adapter
+from tiny_coder import FIXTURE, SYSTEM, make_tiny_generator, random_adapter
 
 from jaxarena.coder.language import BASELINES
 from jaxarena.coder.loop_config import CODER_TOP_P
@@ -23,6 +23,12 @@ from jaxarena.coder.tuning.model import CoderModel
 from jaxarena.coder.tuning.train import CoderTuneConfig, sft_loss, train_coder
 from jaxarena.llm import lora as L
 from jaxarena.llm import model as M
+
+
+@pytest.fixture(scope="module")
+def tiny_generator():
+    return make_tiny_generator()
+
 
 # --- the examples ------------------------------------------------------------------------------------
 
