@@ -112,7 +112,7 @@ def choose_options(logits: jax.Array, key_data: jax.Array, temperature: float, t
         p = jax.nn.softmax(lg / temperature)
         order = jnp.argsort(-p, stable=True)
         ps = p[order]
-        keep = (jnp.cumsum(ps) - ps < top_p).at[0].set(True)  # the best option always stays
+        keep = P.nucleus_keep(ps, top_p).at[0].set(True)  # the best option stays, even at top_p <= 0
         q = jnp.where(keep, ps, 0.0)
         u = jax.random.uniform(jax.random.wrap_key_data(kd, impl="threefry2x32")) * q.sum()
         k = jnp.minimum(jnp.searchsorted(jnp.cumsum(q), u, side="right"), keep.sum() - 1)

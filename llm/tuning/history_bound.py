@@ -168,8 +168,6 @@ def _rates(rates: dict) -> str:
 
 def held_out_report(play, table: Sequence[int], *, seed: int, n_boot: int = 10_000) -> dict:
     """`table`, always-Aggressive, and `table` with each first-decision tag, on the held-out keys of `seed`."""
-    from jaxarena.protocol.stats import bootstrap_rate_ci, paired_bootstrap_diff
-
     rows = {"always Aggressive": [AGGRESSIVE] * NUM_CELLS, "searched table": list(table)}
     for tag in range(NUM_TAGS):
         if tag != table[FIRST]:
@@ -178,16 +176,30 @@ def held_out_report(play, table: Sequence[int], *, seed: int, n_boot: int = 10_0
     base = wins["always Aggressive"]
     report = {}
     for name, row in rows.items():
-        report[name] = {"table": list(map(int, row)), "bots": {}}
-        for bot, w in wins[name].items():
-            diff = paired_bootstrap_diff(w, base[bot], n_boot=n_boot, seed=seed)
-            ci = bootstrap_rate_ci(w.astype(np.int64), 1, n_boot=n_boot, seed=seed)  # code 1: a win
-            report[name]["bots"][bot] = {
-                "win_pct": 100 * float(w.mean()),
-                "win_ci": list(ci),
-                "minus_always_aggressive": [100 * x for x in diff],
-            }
+        bots = {bot: versus_always_aggressive(w, base[bot], n_boot=n_boot, seed=seed) for bot, w in wins[name].items()}
+        report[name] = {"table": list(map(int, row)), "bots": bots}
     return report
+
+
+def versus_always_aggressive(wins: np.ndarray, always_aggressive: np.ndarray, *, n_boot: int, seed: int) -> dict:
+    """A reader's win % with its bootstrap CI, and its paired difference from always Aggressive (pp, CI).
+
+    `wins` and `always_aggressive` are (episodes,) 0/1 on the same keys, episode for episode.
+    """
+    from jaxarena.protocol.stats import bootstrap_rate_ci, paired_bootstrap_diff
+
+    diff = paired_bootstrap_diff(wins, always_aggressive, n_boot=n_boot, seed=seed)
+    return {
+        "win_pct": 100 * float(wins.mean()),
+        "win_ci": list(bootstrap_rate_ci(wins.astype(np.int64), 1, n_boot=n_boot, seed=seed)),  # code 1: a win
+        "minus_always_aggressive": [100 * x for x in diff],
+    }
+
+
+def win_cell(row: dict) -> str:
+    """A markdown cell: "88% (+46.0 [+34.0, +58.0])", the win % and the paired difference from always Aggressive."""
+    d = row["minus_always_aggressive"]
+    return f"{row['win_pct']:.0f}% ({d[0]:+.1f} [{d[1]:+.1f}, {d[2]:+.1f}])"
 
 
 def markdown(result: dict) -> str:
@@ -205,12 +217,7 @@ def markdown(result: dict) -> str:
         "|---|" + "---|" * len(result["bots"]),
     ]
     for name, row in result["held_out"].items():
-        cells = []
-        for bot in result["bots"]:
-            r = row["bots"][bot]
-            d = r["minus_always_aggressive"]
-            cells.append(f"{r['win_pct']:.0f}% ({d[0]:+.1f} [{d[1]:+.1f}, {d[2]:+.1f}])")
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append(f"| {name} | " + " | ".join(win_cell(row["bots"][bot]) for bot in result["bots"]) + " |")
     lines += ["", "In brackets: the paired difference from always Aggressive, pp [95% CI]."]
     return "\n".join(lines) + "\n"
 

@@ -40,7 +40,7 @@ from jaxarena.types import ticks
 
 from ..deduction import TOWARD, approach_bin
 from ..history import APPROACH, blank_histories, push
-from .history_bound import squad_runner
+from .history_bound import squad_runner, versus_always_aggressive, win_cell
 
 AGGRESSIVE, RETREAT = TAG_NAMES.index("Aggressive"), TAG_NAMES.index("Retreat")
 
@@ -82,8 +82,6 @@ def look_first_report(
     n_boot: int = 10_000,
 ) -> dict:
     """The reader and always-Aggressive on the protocol's paired keys of `seed`, at `period_s`, per bot."""
-    from jaxarena.protocol.stats import bootstrap_rate_ci, paired_bootstrap_diff
-
     if not period_s > 0.0:
         raise ValueError(f"the decision period must be > 0 seconds, got {period_s}")
     initial_carry(window_s, 1)  # refuses a bad window before anything compiles
@@ -96,11 +94,8 @@ def look_first_report(
         for name, result in results.items():
             active = np.asarray(result.decision_active)
             tags = np.asarray(result.decision_tags)[active]
-            diff = paired_bootstrap_diff(wins[name], wins["always Aggressive"], n_boot=n_boot, seed=seed)
             report[name][bot] = {
-                "win_pct": 100 * float(wins[name].mean()),
-                "win_ci": list(bootstrap_rate_ci(wins[name].astype(np.int64), 1, n_boot=n_boot, seed=seed)),
-                "minus_always_aggressive": [100 * x for x in diff],
+                **versus_always_aggressive(wins[name], wins["always Aggressive"], n_boot=n_boot, seed=seed),
                 "retreat_share": float(np.mean(tags == RETREAT)),
                 "mean_duration_s": float(np.mean(np.asarray(result.duration_s))),
             }
@@ -128,15 +123,11 @@ def markdown(result: dict) -> str:
         "|---|" + "---|" * len(bots),
     ]
     for name, row in result["readers"].items():
-        cells = []
-        for bot in bots:
-            r = row[bot]
-            d = r["minus_always_aggressive"]
-            retreat = 100 * r["retreat_share"]
-            cells.append(
-                f"{r['win_pct']:.0f}% ({d[0]:+.1f} [{d[1]:+.1f}, {d[2]:+.1f}]); Retreat {retreat:.1f}% "
-                f"of decisions; {r['mean_duration_s']:.0f} s"
-            )
+        cells = [
+            f"{win_cell(row[bot])}; Retreat {100 * row[bot]['retreat_share']:.1f}% of decisions; "
+            f"{row[bot]['mean_duration_s']:.0f} s"
+            for bot in bots
+        ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += ["", "In brackets: the paired difference from always Aggressive, pp [95% CI]; then the mean duration."]
     return "\n".join(lines) + "\n"
