@@ -205,6 +205,8 @@ def make_runner(
 
     `run(..., tag_state=...)` gives the tag source its initial carry (else
     its `init`), e.g. the in-graph LLM's weights as a program argument.
+    `run(..., episode_keys=keys)` gives each lane its own key (default: N split from `key`);
+    lanes with the same key and start play the same game until their tags differ.
     `run(..., start=Start(state, period))` continues N given states (each at
     the start of decision period `period`) instead of resetting; the oracle
     branches decision states this way. A tag source that declares
@@ -243,9 +245,12 @@ class _Rollout:
         self.batched_retag = jax.vmap(env.retag, in_axes=(0, 0, 0, None))
         self.batched_observe = jax.vmap(env.observe, in_axes=(0, None))
 
-    def run(self, policy_params, params, key, initial_tag=0, start: Start | None = None, tag_state=None):
+    def run(
+        self, policy_params, params, key, initial_tag=0, start: Start | None = None, tag_state=None, episode_keys=None
+    ):
         n, env = self.n, self.env
-        episode_keys = jax.random.split(key, n)
+        if episode_keys is None:
+            episode_keys = jax.random.split(key, n)
         # Its own stream: fold_in(key, p) would equal episode p's key.
         tag_key = jax.random.fold_in(key, 0x7FFFFFFF)
         if start is None:

@@ -51,10 +51,10 @@ from .graph_records import GraphRecords
 from .prompt import SYSTEM
 from .state_line import (  # noqa: F401 - re-exported: the graph path's names, where code finds them
     HOST_PATH_HINT,
+    HostIds,
     StateLineTokens,
     UnsupportedTokenizer,
     _half_up,
-    _HostIds,
     _option_tokens,
     _tenths,
 )
@@ -166,7 +166,7 @@ class GraphTagSource:
         self.system = system
         self.lines = StateLineTokens(
             generator.tokenizer.encode,
-            _HostIds(generator),
+            HostIds(generator),
             system,
             bot_max_hp=bot_max_hp,
             npc_max_hp=npc_max_hp,

@@ -242,7 +242,7 @@ def _tenths(x: jax.Array) -> jax.Array:
     return out.astype(jnp.int32)
 
 
-class _HostIds:
+class HostIds:
     """How the host path tokenizes a prompt and splits off the shared prefix (`generate.SmolLM2Generator`)."""
 
     def __init__(self, generator):

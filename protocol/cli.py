@@ -248,6 +248,12 @@ def _add_llm_options(p: argparse.ArgumentParser) -> None:
         help="Combination L's adapter: B's squad under the same LLM with this LoRA adapter (a shipped name or a "
         "directory from jaxarena-tune-llm)",
     )
+    p.add_argument(
+        "--glance-adapter",
+        default=None,
+        help="Combination G's adapter: B's squad under the LLM answering the glance prompt every 0.2 s (a directory "
+        "from jaxarena-tune-llm glance)",
+    )
     p.add_argument("--model", default=None, help="Ollama model (default mistral)")
     p.add_argument(
         "--decode",
@@ -290,6 +296,7 @@ def config_from_args(args: argparse.Namespace) -> ProtocolConfig:
         llm=args.llm,
         adapter=args.adapter,
         tuned_adapter=args.tuned_adapter,
+        glance_adapter=args.glance_adapter,
         model=args.model,
         host=args.host,
         decode=args.decode,

@@ -99,6 +99,7 @@ class ProtocolConfig:
     price_c: bool = False
     adapter: str | None = None
     tuned_adapter: str | None = None
+    glance_adapter: str | None = None
 
     @property
     def episode_s(self) -> float:

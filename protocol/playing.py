@@ -44,6 +44,7 @@ def compile_rollout(
     record_states: bool = False,
     traced_initial_tag: bool = False,
     tag_state: Any = None,
+    num_periods: int | None = None,
 ):
     """(program(policy_params, env_params, key[, initial_tag]) -> RolloutResult, compile s).
 
@@ -51,6 +52,7 @@ def compile_rollout(
       `hold_tags`, one program plays every held tag).
     tag_state: the tag source's initial carry, passed in as an argument of the program (model
       weights as arguments, not constants baked into it); the returned program binds it.
+    num_periods: decision periods to play, where `env_params`' period is not the run's (default the run's).
     """
     import jax
 
@@ -64,7 +66,7 @@ def compile_rollout(
         tag_source,
         c.episodes,
         latency_steps=latency_steps,
-        num_periods=c.num_periods,
+        num_periods=c.num_periods if num_periods is None else num_periods,
         record_states=record_states,
     )
     args: tuple = (params, env_params, jax.numpy.asarray(cell_key_data(0, "aggressive")))  # shapes only

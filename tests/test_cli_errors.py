@@ -79,6 +79,8 @@ CASES = [
     ("jaxarena-tune-llm", ["train", "--data", "{tmp}/no-data"], ["no-data"], OSError),
     ("jaxarena-tune-llm", ["look-first", "--period", "0"], ["decision period must be > 0"], ValueError),
     ("jaxarena-tune-llm", ["look-first", "--window", "-1"], ["look window must be >= 0"], ValueError),
+    ("jaxarena-tune-llm", ["glance", "--group", "6"], ["group must be a multiple of 4"], ValueError),
+    ("jaxarena-tune-llm", ["glance", "--episodes", "0"], ["--episodes must be at least 1"], None),
     ("demo.py", ["--episodes", "0"], ["--episodes must be at least 1"], None),
 ]
 

@@ -27,6 +27,7 @@ def shipped_adapters() -> list[str]:
 KINDS = {
     "llm-adapter": "the tag model's choice (jaxarena-tune-llm; --adapter, --tuned-adapter)",
     "coder-adapter": "the coder's programs (jaxarena-tune-coder; jaxarena-coder --coder-adapter)",
+    "glance-adapter": "the LLM's answers to the glance prompt every 0.2 s (jaxarena-tune-llm glance)",
 }
 
 

@@ -7,8 +7,9 @@
     jaxarena-tune-llm evaluate --adapter runs/raid-sft/adapter --out runs/raid-study
     jaxarena-tune-llm history-bound --out runs/raid-history-bound   # what a richer prompt could win
     jaxarena-tune-llm look-first --out runs/raid-look-first         # ... and a faster decision period
+    jaxarena-tune-llm glance --out runs/raid-glance                 # the LLM learns the glance prompt by GRPO
 
-`data` and `train` resume: run the same command again after an interruption.
+`data`, `train` and `glance` resume: run the same command again after an interruption.
 Errors are one line with what to do; `--debug` shows the traceback.
 """
 
@@ -162,6 +163,28 @@ def _look_first(args) -> None:
     _play_readers(args, run_look_first, markdown, "look_first", period_s=args.period, window_s=args.window)
 
 
+def _glance(args) -> None:
+    from jaxarena.cli_errors import UserError
+
+    from ..backends.embedded import EmbeddedBackend
+    from ..lora import LoraConfig
+    from .glance import GlanceConfig, GlanceModel, train_glance
+    from .glance_report import finish, markdown
+
+    if args.episodes < 1:
+        raise UserError(f"--episodes must be at least 1, got {args.episodes}")
+    fields = ("steps", "spawns", "group", "inner_steps", "beta", "memory", "lr", "rank", "seed")
+    config = GlanceConfig(
+        scenario=args.scenario, policy=args.policy, bots=tuple(args.bots), **{f: getattr(args, f) for f in fields}
+    )
+    model = GlanceModel(EmbeddedBackend().load(), LoraConfig(rank=config.rank))
+    adapter, history = train_glance(config, args.out, model, progress=lambda line: print(line, flush=True))
+    print(f"playing the stock and the tuned LLM on {args.episodes} held-out paired episodes per bot ...", flush=True)
+    result = finish(model, adapter, config, args.out, history, episodes=args.episodes, seed=args.eval_seed)
+    print(markdown(result))
+    print(f"written to {args.out}/glance.json, glance.md, curves.png and the adapter to {args.out}/adapter")
+
+
 def _reader_args(p, name: str, held_out: bool) -> None:
     """The arguments `history-bound` and `look-first` share: the squad, its arena, the episodes, the output."""
     which = "held-out " if held_out else ""
@@ -171,6 +194,31 @@ def _reader_args(p, name: str, held_out: bool) -> None:
     p.add_argument("--episodes", type=int, default=100, help=f"{which}paired episodes per bot (the protocol's keys)")
     p.add_argument("--seed", type=int, default=0, help=f"the protocol's seed of the {which}episodes")
     p.add_argument("--out", required=True, help=f"directory for {name}.json and {name}.md")
+
+
+def _glance_parser(sub) -> None:
+    """`glance`: its training run's sizes and coefficients, then the held-out play."""
+    g = sub.add_parser(
+        "glance",
+        help="GRPO on the glance prompt (time since the fight began, nearest-NPC distance, the bot's approach, every "
+        "0.2 s): the LLM learns from the game's reward, then plays held-out paired episodes beside the stock LLM",
+    )
+    g.add_argument("--scenario", default="raid")
+    g.add_argument("--policy", default="B-obey-raid")
+    g.add_argument("--bots", nargs="+", default=list(BOT_TYPES), choices=BOT_TYPES)
+    g.add_argument("--steps", type=int, default=100)
+    g.add_argument("--spawns", type=int, default=32, help="groups per bot and step, each asking about one cell")
+    g.add_argument("--group", type=int, default=8, help="lanes per group: each answer in the asked cell, G/4 times")
+    g.add_argument("--inner-steps", type=int, default=2, help="Adam steps per training step")
+    g.add_argument("--beta", type=float, default=0.1, help="how far the target may move from the base model")
+    g.add_argument("--memory", type=float, default=0.95, help="per-step decay of the advantages play has shown")
+    g.add_argument("--lr", type=float, default=3e-4)
+    g.add_argument("--rank", type=int, default=8)
+    g.add_argument("--seed", type=int, default=0, help="the training spawns' seed (a stream apart from the protocol's)")
+    g.add_argument("--episodes", type=int, default=100, help="held-out paired episodes per bot")
+    g.add_argument("--eval-seed", type=int, default=0, help="the protocol's seed of the held-out episodes")
+    g.add_argument("--out", required=True, help="run directory: checkpoint, curves, report, adapter (resumes)")
+    g.set_defaults(fn=_glance)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -251,6 +299,8 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--period", type=float, default=0.2, help="seconds between decisions (the paper's is 5)")
     f.add_argument("--window", type=float, default=1.4, help="seconds from spawn in which the reader may retreat")
     f.set_defaults(fn=_look_first, needs_llm=False)  # a rule reader, not the LLM
+
+    _glance_parser(sub)
     return p
 
 
@@ -266,7 +316,7 @@ def main(argv=None) -> int:
     try:
         args.fn(args)
     except KeyboardInterrupt:  # `data` and `train` checkpoint as they go
-        return interrupted("jaxarena-tune-llm", RESUME_HINT if args.fn in (_data, _train) else "")
+        return interrupted("jaxarena-tune-llm", RESUME_HINT if args.fn in (_data, _train, _glance) else "")
     return 0
 
 

@@ -93,6 +93,22 @@ def initial_carry(table: Sequence[int], num_episodes: int):
     return jnp.asarray(table), blank_histories(num_episodes)
 
 
+def squad_setup(scenario: str, policy_spec: str, bots: Sequence[str], **overrides):
+    """(env, {bot: EnvParams}, policy, policy_params): the squad's pieces on `scenario`, one compiled rollout for all.
+
+    `overrides` replace env params for every bot (e.g. `decision_period_s`).
+    """
+    import jaxarena
+    from jaxarena.algorithms.checkpoint import load_policy
+    from jaxarena.protocol.policies import policy_env_id
+
+    policy, policy_params = load_policy(policy_spec)
+    env_id = policy_env_id(policy)
+    bot_params = {bot: jaxarena.make(env_id, bot=bot, scenario=scenario)[1].replace(**overrides) for bot in bots}
+    env = jaxarena.make(env_id, bot=bots[0], scenario=scenario)[0]
+    return env, bot_params, policy, policy_params
+
+
 def squad_runner(
     scenario: str, policy_spec: str, episodes: int, bots: Sequence[str], source: TagSource, **overrides
 ) -> Callable:
@@ -100,16 +116,10 @@ def squad_runner(
 
     `overrides` replace env params for every bot (e.g. `decision_period_s`); one compiled rollout serves all.
     """
-    import jaxarena
-    from jaxarena.algorithms.checkpoint import load_policy
     from jaxarena.protocol.config import cell_key_data
-    from jaxarena.protocol.policies import policy_env_id
     from jaxarena.runner import make_runner
 
-    policy, policy_params = load_policy(policy_spec)
-    env_id = policy_env_id(policy)
-    bot_params = {bot: jaxarena.make(env_id, bot=bot, scenario=scenario)[1].replace(**overrides) for bot in bots}
-    env = jaxarena.make(env_id, bot=bots[0], scenario=scenario)[0]
+    env, bot_params, policy, policy_params = squad_setup(scenario, policy_spec, bots, **overrides)
     rollout = make_runner(env, bot_params[bots[0]], policy, source, episodes)
 
     def run(bot: str, seed: int, tag_state):

@@ -75,17 +75,17 @@ def _meta(context, config) -> dict:
     return {"llm_L": llm_run(context).identity()} if "L" in config.combinations else {}
 
 
-def _summarize(results: Results) -> dict:
-    """Per bot: L's win % (95% CI), its tag shares, and with B in the run the paired difference and MWU."""
+def versus_b(results: Results, label: str, adapter: str | None) -> dict:
+    """Per bot: `label`'s win % (95% CI), its tag shares, and with B in the run the paired difference and MWU."""
     from .. import stats  # scipy: loaded when a summary is made, not when the registry is read
 
     c = results.config
     by_bot = {}
     for bot in c.bots:
-        cell = results.by.get("L", {}).get(bot)
+        cell = results.by.get(label, {}).get(bot)
         if cell is None:
             continue
-        row = results.descriptive["L"][bot]
+        row = results.descriptive[label][bot]
         steps = np.asarray(cell["episodes"]["tag_steps"]).sum(axis=0)
         entry = {
             "win_pct": row["npc_win_pct"],
@@ -101,7 +101,7 @@ def _summarize(results: Results) -> dict:
             entry["vs_B"] = {"win_pct_points": 100 * diff, "ci95": [100 * lo, 100 * hi], "mwu_p": mwu["p"]}
         by_bot[bot] = entry
     return {
-        "adapter": c.tuned_adapter,
+        "adapter": adapter,
         "win": "squad (NPC) win %, with its percentile-bootstrap 95% CI; vs_B: minus B's on the same paired "
         "episodes, in percentage points, 95% CI from a paired bootstrap, and the Mann-Whitney U p of the durations",
         "tag_share": "share of the episodes' ticks under each tag (" + ", ".join(TAG_NAMES) + ")",
@@ -109,9 +109,14 @@ def _summarize(results: Results) -> dict:
     }
 
 
-def _render(section: dict) -> list[str]:
+def _summarize(results: Results) -> dict:
+    return versus_b(results, "L", results.config.tuned_adapter)
+
+
+def render_versus_b(section: dict, heading: str) -> list[str]:
+    """The markdown of a `versus_b` section under `heading`."""
     lines = [
-        f"### Tuned LLM (L): B's squad under the LLM with adapter `{section['adapter']}`",
+        heading,
         "",
         "| Bot | NPC Win % (95% CI) | Win − B (pp, 95% CI) | MWU p (durations) | Ticks per tag (S / A / F / R) |",
         "|---|---:|---:|---:|---|",
@@ -131,14 +136,23 @@ def _render(section: dict) -> list[str]:
     return lines + [""]
 
 
-def _console(section: dict) -> None:
-    print(f"  tuned LLM L ({section['adapter']}): squad win % (95% CI), minus B's in pp")
+def print_versus_b(section: dict, title: str, label: str) -> None:
+    """The console lines of a `versus_b` section."""
+    print(f"  {title}: squad win % (95% CI), minus B's in pp")
     for bot, r in section["by_bot"].items():
         vs = r.get("vs_B")
         print(
-            f"    {bot:<10} L {r['win_pct']:5.1f}% ({r['ci95'][0]:.0f}-{r['ci95'][1]:.0f})"
+            f"    {bot:<10} {label} {r['win_pct']:5.1f}% ({r['ci95'][0]:.0f}-{r['ci95'][1]:.0f})"
             + (f"  {vs['win_pct_points']:+.1f} vs B ({vs['ci95'][0]:+.1f}, {vs['ci95'][1]:+.1f})" if vs else "")
         )
+
+
+def _render(section: dict) -> list[str]:
+    return render_versus_b(section, f"### Tuned LLM (L): B's squad under the LLM with adapter `{section['adapter']}`")
+
+
+def _console(section: dict) -> None:
+    print_versus_b(section, f"tuned LLM L ({section['adapter']})", "L")
 
 
 COMBINATION = Combination(

@@ -1,0 +1,286 @@
+"""The glance prompt learned from play: the LLM learns from the game what to answer at each 0.2 s glance.
+
+The glance prompt (`llm.glance`) is a finite set of prompts: time since the
+fight began x nearest-NPC distance x the bot's approach since the last glance.
+The LLM's 4-way choice on every prompt is one forward pass (`GlanceModel`), so
+its answers form a table (cell -> tag) the rollout reads at each decision.
+
+One training step, on the device, per bot in `bots`:
+
+1. *Ask.* Each of `spawns` groups asks about one cell, drawn at random.
+   Its `group` lanes start from the same spawn state with the same random
+   numbers; they give each of the four answers in that cell (group / 4 lanes
+   each) and the model's most likely answer in every other cell.
+2. *Play* every lane to the end through the one runner (`Start`); the
+   reward is 1 for a win. Lanes that never glance in the asked cell play the
+   same game, so the outcomes of a group differ only by the answer asked about.
+3. *Update.* Group-relative advantages, averaged per (cell, answer) over the
+   groups that asked (`credit`) and kept as a decaying mean over steps
+   (`memory`). The target answers per cell are the closed-form best of
+   E[advantage] - beta KL(. || base model): the base model's probabilities
+   times exp(advantage / beta) (`target_probs`). `inner_steps` Adam steps of
+   cross-entropy to the target (`glance_loss`).
+
+Every answer is played rather than sampled, and the target is fit by
+cross-entropy rather than by the policy gradient, because the first tries
+did not learn: with sampled answers the model's rare ones (Retreat,
+p ~ 0.1) were seldom played, and the policy gradient, scaled by each
+answer's probability, moved every cell onto Aggressive (the shared
+adapter moves all cells together) before a rare answer could rise where it
+wins (docs/llm-training.md).
+
+Training spawns come from `training_key(seed, step)`, a stream apart from the
+protocol's keys, on which `glance_report` plays the stock and the tuned LLM's
+most likely answers beside always Aggressive (what the stock LLM answers to
+Table 10's prompt on `raid`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxarena.names import BOT_TYPES, NPC_WIN, NUM_TAGS
+from jaxarena.runner import Start, make_runner
+
+from ..glance import GLANCE_PERIOD_S, GLANCE_SYSTEM, NUM_GLANCE_CELLS, glance_prompts, glance_source, initial_carry
+from ..graph_tags import GraphTagSource
+from ..lora import LoraConfig, init_adapter
+from ..state_line import HostIds
+from . import losses
+from .history_bound import squad_setup
+
+#: Training keys: fold_in(PRNGKey(seed), TRAINING_STREAM + step); the protocol's keys fold in a bot index (0..2).
+TRAINING_STREAM = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class GlanceConfig:
+    """A glance GRPO run: the squad, the sizes of a step, and the coefficients; see the module docstring."""
+
+    scenario: str = "raid"
+    policy: str = "B-obey-raid"
+    bots: tuple[str, ...] = BOT_TYPES
+    steps: int = 100
+    spawns: int = 32
+    group: int = 8
+    inner_steps: int = 2
+    beta: float = 0.1
+    memory: float = 0.95
+    lr: float = 3e-4
+    rank: int = 8
+    seed: int = 0
+
+    def __post_init__(self):
+        object.__setattr__(self, "bots", tuple(self.bots))
+        unknown = [b for b in self.bots if b not in BOT_TYPES]
+        if unknown or not self.bots:
+            raise ValueError(f"bots must be a non-empty subset of {', '.join(BOT_TYPES)}; got {list(self.bots)}")
+        for name in ("steps", "spawns", "inner_steps", "rank"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.group < NUM_TAGS or self.group % NUM_TAGS:
+            raise ValueError(f"group must be a multiple of {NUM_TAGS} (each answer played alike), got {self.group}")
+        if not self.lr > 0 or not self.beta > 0 or not 0 <= self.memory < 1 or self.seed < 0:
+            raise ValueError("lr and beta must be > 0, memory in [0, 1), seed >= 0")
+
+    def to_json(self) -> dict:
+        return {**dataclasses.asdict(self), "bots": list(self.bots)}
+
+
+class GlanceModel:
+    """The LLM's option logits on every glance prompt, as a function of a LoRA adapter.
+
+    `logits(base, adapter)` is one forward pass over `NUM_GLANCE_CELLS` prompts
+    (the system prefix's KV cache recomputed under the adapter); differentiable
+    in `adapter`, and `adapter=None` is the base model.
+    """
+
+    def __init__(self, generator, lora: LoraConfig):
+        if generator.adapter is not None:
+            raise ValueError("GlanceModel needs the base model: its generator must run without an adapter")
+        self.lora = lora
+        self.source = GraphTagSource(generator, system=GLANCE_SYSTEM)
+        self.cfg, self.base, self.base_sha256 = generator.cfg, generator.base_params, generator.sha256
+        split = HostIds(generator)
+        prefix = list(self.source.lines.prefix_ids)
+        suffixes = []
+        for user in glance_prompts():
+            head, tail = split(GLANCE_SYSTEM, user)
+            if list(head) != prefix:
+                raise ValueError("the glance prompts do not share the system prefix the forward pass caches")
+            suffixes.append(tail)
+        width = max(map(len, suffixes))
+        self.tokens = np.zeros((len(suffixes), width), np.int32)
+        self.n_pad = np.asarray([width - len(s) for s in suffixes], np.int32)
+        for row, tail in enumerate(suffixes):
+            self.tokens[row, self.n_pad[row] :] = tail
+
+    def logits(self, base, adapter) -> jax.Array:
+        """(NUM_GLANCE_CELLS, 4) option logits; jittable."""
+        arrays = self.source.arrays_with(base, adapter, self.lora)
+        return self.source.logits(arrays, jnp.asarray(self.tokens), jnp.asarray(self.n_pad))
+
+
+def greedy_table(logits) -> np.ndarray:
+    """Each cell's most likely answer, (NUM_GLANCE_CELLS,) int32."""
+    return np.asarray(jnp.argmax(logits, axis=-1), np.int32)
+
+
+def training_key(seed: int, step: int) -> jax.Array:
+    return jax.random.fold_in(jax.random.PRNGKey(seed), TRAINING_STREAM + step)
+
+
+def credit(focus: jax.Array, answers: jax.Array, advantages: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Each (cell, answer)'s advantages summed over the groups that asked about the cell, and the groups per cell.
+
+    focus (S,) the cell each group asked about; answers, advantages (S, G) per lane.
+    Returns (NUM_GLANCE_CELLS, 4) sums divided by each answer's lanes per group, and (NUM_GLANCE_CELLS,) counts.
+    """
+    lanes_per_answer = answers.shape[1] / NUM_TAGS
+    asked = jax.nn.one_hot(focus, NUM_GLANCE_CELLS)  # (S, C)
+    per_answer = jnp.einsum("sg,sgt->st", advantages, jax.nn.one_hot(answers, NUM_TAGS)) / lanes_per_answer
+    return asked.T @ per_answer, asked.sum(axis=0)
+
+
+def make_collect(env, env_params, policy, model: GlanceModel, config: GlanceConfig) -> Callable:
+    """`collect(adapter, base, policy_params, params, key) -> (advantage, asked, stats)` on one bot; traceable.
+
+    See `credit` for what advantage and asked hold.
+    """
+    lanes = config.spawns * config.group
+    play = make_runner(env, env_params, policy, glance_source(), lanes)
+    answers = jnp.tile(jnp.arange(NUM_TAGS, dtype=jnp.int32), (config.spawns, config.group // NUM_TAGS))
+
+    def collect(adapter, base, policy_params, params, key):
+        k_reset, k_focus, k_play = jax.random.split(key, 3)
+        logits = jax.lax.stop_gradient(model.logits(base, adapter))
+        _, spawned = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(k_reset, config.spawns), params)
+        states = jax.tree.map(lambda x: jnp.repeat(x, config.group, axis=0), spawned)
+        # A group asks about one cell: its lanes give each of the four answers there (G/4 lanes each),
+        # the model's most likely answer everywhere else, and share the spawn and the random numbers.
+        # Lanes that never glance in that cell play the same game, so a difference in the group's
+        # outcomes is the answer's doing.
+        focus = jax.random.randint(k_focus, (config.spawns,), 0, NUM_GLANCE_CELLS)
+        at_focus = jnp.arange(NUM_GLANCE_CELLS)[None, None, :] == focus[:, None, None]
+        tables = jnp.where(at_focus, answers[..., None], jnp.argmax(logits, -1)[None, None, :])
+        tables = tables.reshape(lanes, NUM_GLANCE_CELLS).astype(jnp.int32)
+        keys = jnp.repeat(jax.random.split(k_play, config.spawns), config.group, axis=0)
+        result = play(
+            policy_params,
+            params,
+            k_play,
+            start=Start(states, jnp.int32(0)),
+            tag_state=initial_carry(tables, lanes),
+            episode_keys=keys,
+        )
+        wins = (result.outcome == NPC_WIN).astype(jnp.float32).reshape(config.spawns, config.group)
+        advantage, asked = credit(focus, answers, losses.group_advantages(wins))
+        return advantage, asked, {"win": wins.mean(), "informative": jnp.mean(wins.std(-1) > 0)}
+
+    return collect
+
+
+def target_probs(ref_logits: jax.Array, advantage: jax.Array, beta: float) -> jax.Array:
+    """(cells, 4): argmax of E_p[advantage] - beta KL(p || base), p proportional to p_base exp(advantage / beta).
+
+    A cell never asked about (advantage 0) keeps the base model's answers.
+    """
+    return jax.nn.softmax(losses.option_log_probs(ref_logits) + advantage / beta, axis=-1)
+
+
+def glance_loss(logits: jax.Array, target: jax.Array) -> jax.Array:
+    """Cross-entropy of the model's answers to the target, averaged over cells."""
+    return -jnp.mean(jnp.sum(target * losses.option_log_probs(logits), axis=-1))
+
+
+def make_update(model: GlanceModel, config: GlanceConfig, optimizer) -> Callable:
+    """`update(adapter, opt_state, base, advantage) -> (adapter, opt_state, stats)`; traceable."""
+
+    def update(adapter, opt_state, base, advantage):
+        ref = jax.lax.stop_gradient(model.logits(base, None))
+        target = target_probs(ref, advantage, config.beta)
+
+        def inner(carry, _):
+            ad, opt = carry
+            value, grads = jax.value_and_grad(lambda a: glance_loss(model.logits(base, a), target))(ad)
+            updates, opt = optimizer.update(grads, opt, ad)
+            return (optax.apply_updates(ad, updates), opt), value
+
+        (adapter, opt_state), value = jax.lax.scan(inner, (adapter, opt_state), None, config.inner_steps)
+        kl = losses.exact_kl(model.logits(base, adapter), ref).mean()
+        return adapter, opt_state, {"loss": value[-1], "kl": kl}
+
+    return update
+
+
+def train_glance(config: GlanceConfig, out: str | Path, model: GlanceModel, progress=print):
+    """Run (or resume) `config` into OUT; returns (adapter, history). Checkpoints after every step.
+
+    OUT holds the checkpoint (adapter, optimizer, what play has shown, the history) and curves.png.
+    """
+    from .train import load_checkpoint, save_checkpoint, write_curves
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    env, bot_params, policy, policy_params = squad_setup(
+        config.scenario, config.policy, config.bots, decision_period_s=GLANCE_PERIOD_S
+    )
+    optimizer = optax.adam(config.lr)
+    adapter = init_adapter(model.cfg, model.lora, jax.random.PRNGKey(config.seed))
+    opt_state = optimizer.init(adapter)
+    # What play has shown so far: each (cell, answer)'s advantage summed, and the groups asked, both decayed.
+    seen = (jnp.zeros((NUM_GLANCE_CELLS, NUM_TAGS)), jnp.zeros((NUM_GLANCE_CELLS,)))
+    start, history = 0, []
+    resumed = load_checkpoint(out, (adapter, (opt_state, seen)), config)
+    if resumed is not None:
+        start, (adapter, (opt_state, seen)), history = resumed
+        progress(f"resuming {out} at step {start}/{config.steps}")
+    collect = jax.jit(make_collect(env, bot_params[config.bots[0]], policy, model, config))
+    update = jax.jit(make_update(model, config, optimizer))
+    logits_of = jax.jit(model.logits)
+    for step in range(start, config.steps):
+        began = time.perf_counter()
+        key = training_key(config.seed, step)
+        parts = {
+            bot: collect(adapter, model.base, policy_params, bot_params[bot], jax.random.fold_in(key, i))
+            for i, bot in enumerate(config.bots)
+        }
+        # Each (cell, answer)'s advantage is a mean over the groups that asked about the cell, recent ones
+        # weighing more: the other cells' answers, and so the value of an answer, change as the model learns.
+        seen = (
+            config.memory * seen[0] + sum(a for a, _, _ in parts.values()),
+            config.memory * seen[1] + sum(n for _, n, _ in parts.values()),
+        )
+        advantage = seen[0] / jnp.maximum(seen[1], 1e-6)[:, None]
+        adapter, opt_state, stats = update(adapter, opt_state, model.base, advantage)
+        probs = jax.nn.softmax(logits_of(model.base, adapter), -1)
+        record = {
+            "step": step + 1,
+            "sampled_win": {bot: float(s["win"]) for bot, (_, _, s) in parts.items()},
+            "informative_groups": float(np.mean([float(s["informative"]) for _, _, s in parts.values()])),
+            "kl": float(stats["kl"]),
+            "entropy_bits": float(-(probs * jnp.log2(jnp.maximum(probs, 1e-12))).sum(-1).mean()),
+            "table": "".join(str(t) for t in greedy_table(probs)),
+            "seconds": round(time.perf_counter() - began, 1),
+        }
+        history.append(record)
+        save_checkpoint(out, step + 1, adapter, (opt_state, seen), history, config)
+        wins = " ".join(f"{bot} {100 * w:.0f}%" for bot, w in record["sampled_win"].items())
+        progress(
+            f"step {step + 1}/{config.steps}: sampled lanes win {wins}; KL {record['kl']:.3f}, "
+            f"entropy {record['entropy_bits']:.2f} bits; table {record['table']} ({record['seconds']} s)"
+        )
+    steps = [h["step"] for h in history]
+    panels = [(f"{bot}: sampled win", steps, [h["sampled_win"][bot] for h in history]) for bot in config.bots]
+    panels += [("KL to the base model", steps, [h["kl"] for h in history])]
+    panels += [("answer entropy (bits)", steps, [h["entropy_bits"] for h in history])]
+    write_curves(out, panels, "glance GRPO: the LLM learns from the game")
+    return adapter, history

@@ -1,0 +1,156 @@
+"""The glance LLM played: the stock and the tuned model's answers on held-out paired episodes.
+
+Each model's table is its most likely answer to every glance prompt
+(`glance.greedy_table`). Both are played at the glance period on the
+protocol's keys of `seed` (episodes never used in training), beside always
+Aggressive: what the stock LLM answers to Table 10's prompt on `raid`, so the
+squad B of the paper's protocol. Per bot: win rates with CIs, paired
+differences, the share of each tag over the decisions made, and the mean
+episode length (a gain bought by stalling would show there).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from jaxarena.files import write_atomic
+from jaxarena.names import NPC_WIN, NUM_TAGS, TAG_NAMES
+
+from ..glance import AGGRESSIVE, GLANCE_PERIOD_S, glance_prompts, glance_source, initial_carry
+from ..lora import save_adapter
+from .glance import GlanceConfig, GlanceModel, greedy_table
+from .history_bound import squad_runner, versus_always_aggressive, win_cell
+
+READERS = ("always Aggressive", "stock LLM", "tuned LLM")
+
+
+def glance_report(
+    model: GlanceModel, adapter, *, config: GlanceConfig, episodes: int = 100, seed: int = 0, n_boot: int = 10_000
+) -> dict:
+    """Play always Aggressive, the stock and the tuned LLM's glance tables on the protocol's keys of `seed`."""
+    logits = jax.jit(model.logits)
+    probs = {
+        name: np.asarray(jax.nn.softmax(logits(model.base, a), -1))
+        for name, a in (("stock LLM", None), ("tuned LLM", adapter))
+    }
+    tables = {"always Aggressive": np.full(len(glance_prompts()), AGGRESSIVE, np.int32)}
+    tables |= {name: greedy_table(p) for name, p in probs.items()}
+    run = squad_runner(
+        config.scenario, config.policy, episodes, config.bots, glance_source(), decision_period_s=GLANCE_PERIOD_S
+    )
+    readers = {name: {} for name in READERS}
+    for bot in config.bots:
+        results = {name: run(bot, seed, initial_carry(table, episodes)) for name, table in tables.items()}
+        wins = {name: np.asarray(r.outcome == NPC_WIN, np.float64) for name, r in results.items()}
+        for name, result in results.items():
+            tags = np.asarray(result.decision_tags)[np.asarray(result.decision_active)]
+            readers[name][bot] = {
+                **versus_always_aggressive(wins[name], wins["always Aggressive"], n_boot=n_boot, seed=seed),
+                "tag_shares": {TAG_NAMES[t]: float(np.mean(tags == t)) for t in range(NUM_TAGS)},
+                "mean_duration_s": float(np.mean(np.asarray(result.duration_s))),
+            }
+        tuned_minus_stock = versus_always_aggressive(wins["tuned LLM"], wins["stock LLM"], n_boot=n_boot, seed=seed)
+        readers["tuned LLM"][bot]["minus_stock_llm"] = tuned_minus_stock["minus_always_aggressive"]
+    cells = [
+        {
+            "prompt": prompt,
+            "stock_probs": probs["stock LLM"][c].round(4).tolist(),
+            "tuned_probs": probs["tuned LLM"][c].round(4).tolist(),
+            "stock_tag": TAG_NAMES[tables["stock LLM"][c]],
+            "tuned_tag": TAG_NAMES[tables["tuned LLM"][c]],
+        }
+        for c, prompt in enumerate(glance_prompts())
+    ]
+    return {
+        "scenario": config.scenario,
+        "policy": config.policy,
+        "episodes": episodes,
+        "seed": seed,
+        "decision_period_s": GLANCE_PERIOD_S,
+        "bots": list(config.bots),
+        "readers": readers,
+        "cells": cells,
+    }
+
+
+def markdown(result: dict) -> str:
+    bots = result["bots"]
+    lines = [
+        f"Scenario `{result['scenario']}`, squad `{result['policy']}`, a glance every "
+        f"{result['decision_period_s']:g} s, {result['episodes']} held-out paired episodes per bot (the protocol's "
+        f"keys of seed {result['seed']}). Each LLM answers every glance prompt with its most likely tag.",
+        "",
+        "| reader | " + " | ".join(bots) + " |",
+        "|---|" + "---|" * len(bots),
+    ]
+    for name, row in result["readers"].items():
+        cells = []
+        for bot in bots:
+            shares = ", ".join(f"{tag} {100 * s:.0f}%" for tag, s in row[bot]["tag_shares"].items() if s >= 0.005)
+            cells.append(f"{win_cell(row[bot])}; {shares}; {row[bot]['mean_duration_s']:.0f} s")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    tuned = result["readers"]["tuned LLM"]
+    lines += [
+        "",
+        "In brackets: the paired difference from always Aggressive (= B under the stock LLM with Table 10's prompt), "
+        "pp [95% CI]; then the tags' shares of the decisions made and the mean duration.",
+        "Tuned minus stock LLM on the glance prompt: "
+        + "; ".join(
+            f"{bot} {d[0]:+.1f} [{d[1]:+.1f}, {d[2]:+.1f}]" for bot in bots for d in [tuned[bot]["minus_stock_llm"]]
+        ),
+        "",
+        "| glance prompt | stock answer | tuned answer (p) |",
+        "|---|---|---|",
+    ]
+    for cell in result["cells"]:
+        p = max(cell["tuned_probs"])
+        lines.append(f"| {cell['prompt']} | {cell['stock_tag']} | {cell['tuned_tag']} ({p:.2f}) |")
+    return "\n".join(lines) + "\n"
+
+
+def finish(model: GlanceModel, adapter, config: GlanceConfig, out: str | Path, history: list, **play) -> dict:
+    """Play the report, write OUT/glance.json and .md, and save the adapter with its card to OUT/adapter."""
+    out = Path(out)
+    result = glance_report(model, adapter, config=config, **play)
+    write_atomic(out / "glance.json", json.dumps(result, indent=2))
+    write_atomic(out / "glance.md", markdown(result))
+    tuned = result["readers"]["tuned LLM"]
+    card = {
+        "kind": "glance-adapter",
+        "method": "glance",
+        "prompt": "glance",
+        "decision_period_s": GLANCE_PERIOD_S,
+        "about": "SmolLM2-135M answering the glance prompt (time since the fight began, nearest-NPC distance, the "
+        "bot's approach since the last glance, every 0.2 s), trained on the game's group-relative advantages: every "
+        "answer played in the asked cell, the KL-regularized best answers fit by cross-entropy",
+        "config": config.to_json(),
+        "steps": len(history),
+        "evaluation": {
+            "episodes_per_bot": result["episodes"],
+            "seed": result["seed"],
+            "minus_always_aggressive": {bot: tuned[bot]["minus_always_aggressive"] for bot in result["bots"]},
+            "minus_stock_llm": {bot: tuned[bot]["minus_stock_llm"] for bot in result["bots"]},
+        },
+    }
+    save_adapter(out / "adapter", adapter, model.lora, base_sha256=model.base_sha256, card=card)
+    return result
+
+
+def load_glance_table(spec: str) -> tuple[np.ndarray, str]:
+    """(the table of a glance adapter's most likely answers, the adapter's checksum); `spec` a name or a directory.
+
+    Raises `AdapterError` for a missing, corrupt or foreign adapter (one for Table 10's prompt, or another model).
+    """
+    from ..adapters import resolve_adapter
+    from ..backends.embedded import EmbeddedBackend
+    from ..lora import load_adapter
+
+    directory = resolve_adapter(spec, kind="glance-adapter")
+    generator = EmbeddedBackend().load()
+    loaded = load_adapter(directory, generator.cfg, generator.sha256)
+    model = GlanceModel(generator, loaded.lora)
+    return greedy_table(jax.jit(model.logits)(model.base, loaded.adapter)), loaded.checksum
