@@ -13,7 +13,7 @@ glance. Each is binned, so there are `NUM_GLANCE_CELLS` prompts:
 Every prompt is put to the LLM once per adapter (one forward pass over all
 cells), and the rollout looks the answer up, as the deduction table does.
 `glance_source` is that lookup: its carry holds one table (cell -> tag) per
-episode, so a training step can play a different sampled table in every lane
+episode, so a training step can play a different table in every lane
 and an evaluation the same table in all of them, in one compiled rollout.
 
 Pure JAX except `glance_prompts` (host text).

@@ -7,7 +7,7 @@
     jaxarena-tune-llm evaluate --adapter runs/raid-sft/adapter --out runs/raid-study
     jaxarena-tune-llm history-bound --out runs/raid-history-bound   # what a richer prompt could win
     jaxarena-tune-llm look-first --out runs/raid-look-first         # ... and a faster decision period
-    jaxarena-tune-llm glance --out runs/raid-glance                 # the LLM learns the glance prompt by GRPO
+    jaxarena-tune-llm glance --out runs/raid-glance                 # the LLM learns the glance prompt from play
 
 `data`, `train` and `glance` resume: run the same command again after an interruption.
 Errors are one line with what to do; `--debug` shows the traceback.
@@ -200,8 +200,8 @@ def _glance_parser(sub) -> None:
     """`glance`: its training run's sizes and coefficients, then the held-out play."""
     g = sub.add_parser(
         "glance",
-        help="GRPO on the glance prompt (time since the fight began, nearest-NPC distance, the bot's approach, every "
-        "0.2 s): the LLM learns from the game's reward, then plays held-out paired episodes beside the stock LLM",
+        help="the LLM learns from the game's reward to answer the glance prompt (time since the fight began, "
+        "nearest-NPC distance, the bot's approach, every 0.2 s), then plays held-out episodes beside the stock LLM",
     )
     g.add_argument("--scenario", default="raid")
     g.add_argument("--policy", default="B-obey-raid")
@@ -315,7 +315,7 @@ def main(argv=None) -> int:
         preflight(EmbeddedBackend())
     try:
         args.fn(args)
-    except KeyboardInterrupt:  # `data` and `train` checkpoint as they go
+    except KeyboardInterrupt:  # `data`, `train` and `glance` checkpoint as they go
         return interrupted("jaxarena-tune-llm", RESUME_HINT if args.fn in (_data, _train, _glance) else "")
     return 0
 

@@ -63,7 +63,7 @@ TRAINING_STREAM = 1 << 20
 
 @dataclasses.dataclass(frozen=True)
 class GlanceConfig:
-    """A glance GRPO run: the squad, the sizes of a step, and the coefficients; see the module docstring."""
+    """A glance training run: the squad, the sizes of a step, and the coefficients; see the module docstring."""
 
     scenario: str = "raid"
     policy: str = "B-obey-raid"
@@ -202,7 +202,10 @@ def glance_loss(logits: jax.Array, target: jax.Array) -> jax.Array:
 
 
 def make_update(model: GlanceModel, config: GlanceConfig, optimizer) -> Callable:
-    """`update(adapter, opt_state, base, advantage) -> (adapter, opt_state, stats)`; traceable."""
+    """`update(adapter, opt_state, base, advantage) -> (adapter, opt_state, stats)`; traceable.
+
+    stats: the last inner step's loss, and the updated model's logits and KL to the base model.
+    """
 
     def update(adapter, opt_state, base, advantage):
         ref = jax.lax.stop_gradient(model.logits(base, None))
@@ -215,8 +218,8 @@ def make_update(model: GlanceModel, config: GlanceConfig, optimizer) -> Callable
             return (optax.apply_updates(ad, updates), opt), value
 
         (adapter, opt_state), value = jax.lax.scan(inner, (adapter, opt_state), None, config.inner_steps)
-        kl = losses.exact_kl(model.logits(base, adapter), ref).mean()
-        return adapter, opt_state, {"loss": value[-1], "kl": kl}
+        logits = model.logits(base, adapter)
+        return adapter, opt_state, {"loss": value[-1], "kl": losses.exact_kl(logits, ref).mean(), "logits": logits}
 
     return update
 
@@ -245,7 +248,6 @@ def train_glance(config: GlanceConfig, out: str | Path, model: GlanceModel, prog
         progress(f"resuming {out} at step {start}/{config.steps}")
     collect = jax.jit(make_collect(env, bot_params[config.bots[0]], policy, model, config))
     update = jax.jit(make_update(model, config, optimizer))
-    logits_of = jax.jit(model.logits)
     for step in range(start, config.steps):
         began = time.perf_counter()
         key = training_key(config.seed, step)
@@ -261,10 +263,10 @@ def train_glance(config: GlanceConfig, out: str | Path, model: GlanceModel, prog
         )
         advantage = seen[0] / jnp.maximum(seen[1], 1e-6)[:, None]
         adapter, opt_state, stats = update(adapter, opt_state, model.base, advantage)
-        probs = jax.nn.softmax(logits_of(model.base, adapter), -1)
+        probs = jax.nn.softmax(stats["logits"], -1)
         record = {
             "step": step + 1,
-            "sampled_win": {bot: float(s["win"]) for bot, (_, _, s) in parts.items()},
+            "lane_win": {bot: float(s["win"]) for bot, (_, _, s) in parts.items()},
             "informative_groups": float(np.mean([float(s["informative"]) for _, _, s in parts.values()])),
             "kl": float(stats["kl"]),
             "entropy_bits": float(-(probs * jnp.log2(jnp.maximum(probs, 1e-12))).sum(-1).mean()),
@@ -273,14 +275,14 @@ def train_glance(config: GlanceConfig, out: str | Path, model: GlanceModel, prog
         }
         history.append(record)
         save_checkpoint(out, step + 1, adapter, (opt_state, seen), history, config)
-        wins = " ".join(f"{bot} {100 * w:.0f}%" for bot, w in record["sampled_win"].items())
+        wins = " ".join(f"{bot} {100 * w:.0f}%" for bot, w in record["lane_win"].items())
         progress(
-            f"step {step + 1}/{config.steps}: sampled lanes win {wins}; KL {record['kl']:.3f}, "
+            f"step {step + 1}/{config.steps}: the played lanes win {wins}; KL {record['kl']:.3f}, "
             f"entropy {record['entropy_bits']:.2f} bits; table {record['table']} ({record['seconds']} s)"
         )
     steps = [h["step"] for h in history]
-    panels = [(f"{bot}: sampled win", steps, [h["sampled_win"][bot] for h in history]) for bot in config.bots]
+    panels = [(f"{bot}: the played lanes' win", steps, [h["lane_win"][bot] for h in history]) for bot in config.bots]
     panels += [("KL to the base model", steps, [h["kl"] for h in history])]
     panels += [("answer entropy (bits)", steps, [h["entropy_bits"] for h in history])]
-    write_curves(out, panels, "glance GRPO: the LLM learns from the game")
+    write_curves(out, panels, "the glance prompt: the LLM learns from the game")
     return adapter, history

@@ -76,8 +76,10 @@ def _check(config) -> None:
 
 
 def _fingerprint(context, label: str) -> dict:
+    from jaxarena.llm.glance import GLANCE_PERIOD_S
+
     table, checksum = glance_table(context)
-    return {"glance_adapter": checksum, "table": [int(t) for t in table], "decision_period_s": 0.2}
+    return {"glance_adapter": checksum, "table": [int(t) for t in table], "decision_period_s": GLANCE_PERIOD_S}
 
 
 COMBINATION = Combination(

@@ -1,4 +1,4 @@
-"""The glance prompt: its cells, the tag source that reads a table per episode, and GRPO's loss over the cells."""
+"""The glance prompt: its cells, the tag source that reads a table per episode, the trainer's credit and loss."""
 
 from __future__ import annotations
 
@@ -122,7 +122,7 @@ def test_the_target_moves_the_base_models_answers_by_the_advantage_and_the_loss_
 
 
 def test_lanes_with_one_key_play_one_game_until_their_answers_differ():
-    """What a GRPO group relies on: the same spawn and random numbers, so only the asked answer moves the outcome."""
+    """What a training group relies on: one spawn and one set of random numbers, so only the asked answer matters."""
     env, params = jaxarena.make("Arena-v0", bot="aggressive")
     params = params.replace(decision_period_s=GLANCE_PERIOD_S)
     # A squad that acts at random: its lanes' games part unless they share their random numbers.
