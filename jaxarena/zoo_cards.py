@@ -122,15 +122,20 @@ def _zoo_card(raw: dict, directory: Path) -> Card:
     return Card(**fields, win_rates=rates, measured_by=measured_by, directory=directory)
 
 
+def _known_status(card: Card, directory: Path) -> Card:
+    """`card`, if its status is one of `STATUSES`; else CardError."""
+    if card.status not in STATUSES:
+        raise CardError(f"{directory / CARD_FILE}: status {card.status!r} is not one of {', '.join(STATUSES)}")
+    return card
+
+
 def _adapter_card(raw: dict, directory: Path) -> Card:
     """An LLM adapter's card (`jaxarena.llm.tuning`'s layout) as a zoo `Card`; CardError if incomplete."""
     try:
         card = _adapter_fields(raw, directory)
     except (KeyError, TypeError, ValueError) as exc:
         raise CardError(f"{directory / CARD_FILE}: an incomplete adapter card ({type(exc).__name__}: {exc})") from None
-    if card.status not in STATUSES:
-        raise CardError(f"{directory / CARD_FILE}: status {card.status!r} is not one of {', '.join(STATUSES)}")
-    return card
+    return _known_status(card, directory)
 
 
 def _adapter_fields(raw: dict, directory: Path) -> Card:
@@ -193,9 +198,53 @@ def _coder_adapter_card(raw: dict, directory: Path) -> Card:
     except (KeyError, TypeError, ValueError) as exc:
         what = f"an incomplete coder adapter card ({type(exc).__name__}: {exc})"
         raise CardError(f"{directory / CARD_FILE}: {what}") from None
-    if card.status not in STATUSES:
-        raise CardError(f"{directory / CARD_FILE}: status {card.status!r} is not one of {', '.join(STATUSES)}")
-    return card
+    return _known_status(card, directory)
+
+
+def _transfer_note(transfer: dict | None) -> str:
+    """ "; on brute, squad B-obey-brute: +49 / -3 / +29 points over B" from a card's transfer record, if any."""
+    if not transfer:
+        return ""
+    gains = " / ".join(f"{transfer['by_bot'][bot]['minus_B'][0]:+.0f}" for bot in BOTS if bot in transfer["by_bot"])
+    return f"; played on {transfer['scenario']} with {transfer['squad']}: {gains} points over B (per bot)"
+
+
+def _glance_adapter_card(raw: dict, directory: Path) -> Card:
+    """The glance LLM's adapter (`jaxarena-tune-llm glance`): B's squad under its answers every 0.2 s."""
+    try:
+        played = raw["played"]
+        n, seed = int(played["episodes_per_bot"]), played["seed"]
+        rates = tuple(
+            sorted(
+                (
+                    WinRate(bot, float(r["tuned_win_pct"]), tuple(r["tuned_ci95"]), n, seed, "selected")
+                    for bot, r in played["by_bot"].items()
+                ),
+                key=_bot_order,
+            )
+        )
+        card = Card(
+            name=raw["name"],
+            kind="adapter",
+            status=raw["status"],
+            summary=f"SmolLM2-135M's answers to the glance prompt every {raw['decision_period_s']} s, LoRA-tuned "
+            f"on the game's reward for {played['squad']} on {played['scenario']}",
+            env_id=None,
+            scenario=played["scenario"],
+            plays=played["squad"],
+            recipe=raw["method"],
+            init_from=f"SmolLM2-135M (sha256 {raw['base_sha256'][:12]}…)",
+            steps=None,
+            command="\n".join(raw["commands"]),
+            win_rates=rates,
+            measured_by=f"jaxarena-tune-llm glance, {n} held-out paired episodes per bot, seed {seed}",
+            note=f"{raw['about']}; {raw['steps']} steps of play" + _transfer_note(raw.get("transfer")),
+            directory=directory,
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        what = f"an incomplete glance adapter card ({type(exc).__name__}: {exc})"
+        raise CardError(f"{directory / CARD_FILE}: {what}") from None
+    return _known_status(card, directory)
 
 
 #: card.json's "kind" -> its reader (the tag model's adapter names itself "llm-adapter", the coder's "coder-adapter").
@@ -204,6 +253,7 @@ READERS = {
     "selector": _zoo_card,
     "llm-adapter": _adapter_card,
     "coder-adapter": _coder_adapter_card,
+    "glance-adapter": _glance_adapter_card,
 }
 
 

@@ -251,8 +251,8 @@ def _add_llm_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--glance-adapter",
         default=None,
-        help="Combination G's adapter: B's squad under the LLM answering the glance prompt every 0.2 s (a directory "
-        "from jaxarena-tune-llm glance)",
+        help="Combination G's adapter: B's squad under the LLM answering the glance prompt every 0.2 s (a shipped "
+        "name, e.g. smollm2-raid-glance, or a directory from jaxarena-tune-llm glance)",
     )
     p.add_argument("--model", default=None, help="Ollama model (default mistral)")
     p.add_argument(

@@ -41,6 +41,10 @@ def test_every_shipped_directory_has_a_complete_card():
     # GRPO continued the SFT adapter: its card says so, and that it learned in play.
     grpo = read_card(shipped["adapter"]["smollm2-raid-grpo"])
     assert grpo.init_from == "smollm2-raid-sft" and "GRPO steps on states of its own play" in grpo.note
+    # The glance LLM's adapter reads as one that plays B-obey-raid, with its held-out win rates.
+    glance = read_card(shipped["adapter"]["smollm2-raid-glance"])
+    assert (glance.plays, glance.scenario, glance.recipe) == ("B-obey-raid", "raid", "glance")
+    assert glance.rate("aggressive").win_pct > 0 and "0.2 s" in glance.summary
     for kind, directories in shipped.items():
         for name, directory in directories.items():
             card = read_card(directory)

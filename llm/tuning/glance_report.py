@@ -112,6 +112,26 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def played_section(result: dict) -> dict:
+    """The card's record of the held-out play: the squad, the arena, the tuned answer to each glance prompt, and
+    each LLM's win rate with its 95% CI."""
+    return {
+        "table": [cell["tuned_tag"] for cell in result["cells"]],
+        "scenario": result["scenario"],
+        "squad": result["policy"],
+        "episodes_per_bot": result["episodes"],
+        "seed": result["seed"],
+        "by_bot": {
+            bot: {
+                f"{who}_{field}": result["readers"][reader][bot][key]
+                for who, reader in (("tuned", "tuned LLM"), ("stock", "stock LLM"))
+                for field, key in (("win_pct", "win_pct"), ("ci95", "win_ci"))
+            }
+            for bot in result["bots"]
+        },
+    }
+
+
 def finish(model: GlanceModel, adapter, config: GlanceConfig, out: str | Path, history: list, **play) -> dict:
     """Play the report, write OUT/glance.json and .md, and save the adapter with its card to OUT/adapter."""
     out = Path(out)
@@ -135,6 +155,7 @@ def finish(model: GlanceModel, adapter, config: GlanceConfig, out: str | Path, h
             "minus_always_aggressive": {bot: tuned[bot]["minus_always_aggressive"] for bot in result["bots"]},
             "minus_stock_llm": {bot: tuned[bot]["minus_stock_llm"] for bot in result["bots"]},
         },
+        "played": played_section(result),
     }
     save_adapter(out / "adapter", adapter, model.lora, base_sha256=model.base_sha256, card=card)
     return result

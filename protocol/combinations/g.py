@@ -71,7 +71,7 @@ def _check(config) -> None:
     if "G" in config.combinations and not config.glance_adapter:
         raise ValueError(
             "Combination G plays B's squad under the LLM answering the glance prompt: name its adapter with "
-            "--glance-adapter (a directory from jaxarena-tune-llm glance)"
+            "--glance-adapter (a shipped name, e.g. smollm2-raid-glance, or a directory from jaxarena-tune-llm glance)"
         )
 
 

@@ -204,7 +204,7 @@ def test_a_glance_adapter_is_refused_where_a_table_10_adapter_is_expected(tmp_pa
     assert resolve_adapter(str(tmp_path), kind="glance-adapter") == tmp_path.resolve()
 
 
-@pytest.mark.slow  # two tiny training runs and a report on the shipped raid squad (~3 min on 2 cores)
+@pytest.mark.slow  # three tiny training runs and a report on the shipped raid squad (~4 min on 2 cores)
 def test_a_run_resumes_where_it_stopped_and_reports_against_always_aggressive(glance_model, tmp_path):
     import json
 
@@ -216,6 +216,9 @@ def test_a_run_resumes_where_it_stopped_and_reports_against_always_aggressive(gl
     train_glance(GlanceConfig(steps=1, **small), tmp_path, glance_model, progress=lines.append)
     adapter, history = train_glance(GlanceConfig(steps=2, **small), tmp_path, glance_model, progress=lines.append)
     assert any("resuming" in line and "step 1/2" in line for line in lines)
+    # Resume is bit-exact: stopping after step 1 and resuming ends where two steps in one go end.
+    straight, _ = train_glance(GlanceConfig(steps=2, **small), tmp_path / "straight", glance_model, progress=print)
+    chex.assert_trees_all_equal(adapter, straight)
     assert [h["step"] for h in history] == [1, 2] and (tmp_path / "curves.png").is_file()
     with pytest.raises(ValueError, match="another config"):
         train_glance(GlanceConfig(steps=2, lr=1e-3, **small), tmp_path, glance_model, progress=lines.append)
@@ -227,4 +230,21 @@ def test_a_run_resumes_where_it_stopped_and_reports_against_always_aggressive(gl
     assert diff[1] <= diff[0] <= diff[2] and len(result["cells"]) == NUM_GLANCE_CELLS
     card = json.loads((tmp_path / "adapter" / "card.json").read_text())
     assert card["kind"] == "glance-adapter" and card["steps"] == 2
+    played = card["played"]["by_bot"]["aggressive"]
+    assert played["tuned_win_pct"] == rows["tuned LLM"]["aggressive"]["win_pct"]
+    assert played["stock_ci95"] == rows["stock LLM"]["aggressive"]["win_ci"]
     assert "| tuned LLM |" in markdown(result)
+
+
+@pytest.mark.slow  # loads the embedded model and answers the 18 prompts (~30 s on 2 cores)
+def test_the_shipped_glance_adapter_loads_by_name_and_answers_as_its_card_records():
+    import json
+
+    from jaxarena.llm.adapters import ADAPTERS_DIR
+    from jaxarena.llm.tuning.glance_report import load_glance_table
+    from jaxarena.names import TAG_NAMES
+
+    table, checksum = load_glance_table("smollm2-raid-glance")
+    card = json.loads((ADAPTERS_DIR / "smollm2-raid-glance" / "card.json").read_text())
+    assert [TAG_NAMES[t] for t in table] == card["played"]["table"] and checksum == card["checksum"]
+    assert {"Retreat", "Flank"} <= set(card["played"]["table"])  # what play taught it, beside Aggressive
