@@ -52,7 +52,7 @@ class WinRate:
     """The squad's win rate against one bot: percent, its 95% interval, episodes, the episodes' seed.
 
     `tag` is the tag held for the whole episode (None for a squad without tags; "selected" where a
-    selector or an LLM chose it every 5 s)."""
+    selector or an LLM chose it, every 5 s or, for the glance LLM, every 0.2 s)."""
 
     bot: str
     win_pct: float
@@ -202,7 +202,7 @@ def _coder_adapter_card(raw: dict, directory: Path) -> Card:
 
 
 def _transfer_note(transfer: dict | None) -> str:
-    """ "; on brute, squad B-obey-brute: +49 / -3 / +29 points over B" from a card's transfer record, if any."""
+    """ "; played on brute with B-obey-brute: +49 / -3 / +29 points over B (per bot)" from a transfer record."""
     if not transfer:
         return ""
     gains = " / ".join(f"{transfer['by_bot'][bot]['minus_B'][0]:+.0f}" for bot in BOTS if bot in transfer["by_bot"])
@@ -241,7 +241,7 @@ def _glance_adapter_card(raw: dict, directory: Path) -> Card:
             note=f"{raw['about']}; {raw['steps']} steps of play" + _transfer_note(raw.get("transfer")),
             directory=directory,
         )
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
         what = f"an incomplete glance adapter card ({type(exc).__name__}: {exc})"
         raise CardError(f"{directory / CARD_FILE}: {what}") from None
     return _known_status(card, directory)

@@ -38,3 +38,23 @@ def test_script_runs_at_a_tiny_size_and_times_a_ref_against_this_tree():
     assert 0 < summary["flops_fraction"] and 0 < summary["bytes_fraction"]
     assert set(summary["profile_share"]) == {"bots", "collisions", "orbs", "observation", "reward", "auto_reset"}
     assert summary["new_over_old_median"] > 0
+
+
+@pytest.mark.slow  # two small programs, then seven flag workers each compiling one (~35 s on 2 cores)
+def test_the_layout_script_finds_the_batch_last_step_bit_identical_and_times_flag_workers():
+    script = SCRIPT.parent / "env_layout.py"
+    cmd = [sys.executable, str(script), "--n", "8", "--steps", "5", "--rounds", "1", "--flag-sets"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=SCRIPT.parents[1], env=dict(os.environ))
+    lines = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    layout = next(line for line in lines if line.get("summary") == "layout")
+    assert layout["bit_identical"] is True and layout["minor_over_major"] > 0
+    flags = next(line for line in lines if line.get("summary") == "flags")
+    assert flags["same_bits"]["--xla_cpu_use_thunk_runtime=false"] is True
+    assert set(flags["cpu_speedup"]) == {f for f in _layout_flag_sets() if f}
+
+
+def _layout_flag_sets():
+    spec = importlib.util.spec_from_file_location("env_layout", SCRIPT.parent / "env_layout.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.FLAG_SETS

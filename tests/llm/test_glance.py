@@ -217,8 +217,11 @@ def test_a_run_resumes_where_it_stopped_and_reports_against_always_aggressive(gl
     adapter, history = train_glance(GlanceConfig(steps=2, **small), tmp_path, glance_model, progress=lines.append)
     assert any("resuming" in line and "step 1/2" in line for line in lines)
     # Resume is bit-exact: stopping after step 1 and resuming ends where two steps in one go end.
-    straight, _ = train_glance(GlanceConfig(steps=2, **small), tmp_path / "straight", glance_model, progress=print)
+    straight, _ = train_glance(GlanceConfig(steps=2, **small), tmp_path / "run2", glance_model, progress=lines.append)
     chex.assert_trees_all_equal(adapter, straight)
+    start = init_adapter(glance_model.cfg, glance_model.lora, jax.random.PRNGKey(0))
+    moved = jax.tree.map(lambda a, b: not np.array_equal(a, b), adapter, start)
+    assert any(jax.tree.leaves(moved))  # and the two steps moved the adapter: the equality is not the untrained one
     assert [h["step"] for h in history] == [1, 2] and (tmp_path / "curves.png").is_file()
     with pytest.raises(ValueError, match="another config"):
         train_glance(GlanceConfig(steps=2, lr=1e-3, **small), tmp_path, glance_model, progress=lines.append)
