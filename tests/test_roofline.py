@@ -49,7 +49,7 @@ def test_the_layout_script_finds_the_batch_last_step_bit_identical_and_times_fla
     layout = next(line for line in lines if line.get("summary") == "layout")
     assert layout["bit_identical"] is True and layout["minor_over_major"] > 0
     flags = next(line for line in lines if line.get("summary") == "flags")
-    assert flags["same_bits"]["--xla_cpu_use_thunk_runtime=false"] is True
+    assert flags["same_state"]["--xla_cpu_use_thunk_runtime=false"] is True
     assert set(flags["cpu_speedup"]) == {f for f in _layout_flag_sets() if f}
 
 
