@@ -77,6 +77,7 @@ def run_digest(out, minor: bool) -> dict:
 
     state, sums = out
     leaves = [np.moveaxis(np.asarray(x), -1, 0) if minor else np.asarray(x) for x in jax.tree.leaves(state)]
+
     def sha(arrays) -> str:
         return hashlib.sha256(b"".join(x.tobytes() for x in arrays)).hexdigest()[:16]
 
