@@ -138,14 +138,19 @@ def _adapter_card(raw: dict, directory: Path) -> Card:
     return _known_status(card, directory)
 
 
-def _adapter_fields(raw: dict, directory: Path) -> Card:
-    played = raw["played"]
+def _selected_rates(played: dict, who: str) -> tuple[WinRate, ...]:
+    """An adapter card's win rates per bot, in bot order, from `played`'s `{who}_win_pct` and `{who}_ci95`."""
     n, seed = int(played["episodes_per_bot"]), played["seed"]
-    rates = tuple(
-        WinRate(bot, float(r["L_win_pct"]), tuple(r["L_ci95"]), n, seed, "selected")
+    rates = (
+        WinRate(bot, float(r[f"{who}_win_pct"]), tuple(r[f"{who}_ci95"]), n, seed, "selected")
         for bot, r in played["by_bot"].items()
     )
-    rates = tuple(sorted(rates, key=_bot_order))
+    return tuple(sorted(rates, key=_bot_order))
+
+
+def _adapter_fields(raw: dict, directory: Path) -> Card:
+    played = raw["played"]
+    rates = _selected_rates(played, "L")
     teacher = raw.get("train_config", {}).get("teacher")
     return Card(
         name=raw["name"],
@@ -213,16 +218,6 @@ def _glance_adapter_card(raw: dict, directory: Path) -> Card:
     """The glance LLM's adapter (`jaxarena-tune-llm glance`): B's squad under its answers every 0.2 s."""
     try:
         played = raw["played"]
-        n, seed = int(played["episodes_per_bot"]), played["seed"]
-        rates = tuple(
-            sorted(
-                (
-                    WinRate(bot, float(r["tuned_win_pct"]), tuple(r["tuned_ci95"]), n, seed, "selected")
-                    for bot, r in played["by_bot"].items()
-                ),
-                key=_bot_order,
-            )
-        )
         card = Card(
             name=raw["name"],
             kind="adapter",
@@ -236,8 +231,9 @@ def _glance_adapter_card(raw: dict, directory: Path) -> Card:
             init_from=f"SmolLM2-135M (sha256 {raw['base_sha256'][:12]}…)",
             steps=None,
             command="\n".join(raw["commands"]),
-            win_rates=rates,
-            measured_by=f"jaxarena-tune-llm glance, {n} held-out paired episodes per bot, seed {seed}",
+            win_rates=_selected_rates(played, "tuned"),
+            measured_by=f"jaxarena-tune-llm glance, {played['episodes_per_bot']} held-out paired episodes per bot, "
+            f"seed {played['seed']}",
             note=f"{raw['about']}; {raw['steps']} steps of play" + _transfer_note(raw.get("transfer")),
             directory=directory,
         )

@@ -12,15 +12,16 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "env_roofline.py"
 
 
-def _roofline():
-    spec = importlib.util.spec_from_file_location("env_roofline", SCRIPT)
+def _script(name: str = "env_roofline"):
+    """The benchmark script `benchmarks/NAME.py` as a module."""
+    spec = importlib.util.spec_from_file_location(name, SCRIPT.parent / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
 def test_step_cost_is_positive_and_per_env_step():
-    roofline = _roofline()
+    roofline = _script()
     small, large = roofline.step_cost(8), roofline.step_cost(32)
     assert small["flops_per_step"] > 100 and small["bytes_per_step"] > 100
     # Per env-step: dividing by the batch makes the figure independent of it (within a few %).
@@ -50,11 +51,4 @@ def test_the_layout_script_finds_the_batch_last_step_bit_identical_and_times_fla
     assert layout["bit_identical"] is True and layout["minor_over_major"] > 0
     flags = next(line for line in lines if line.get("summary") == "flags")
     assert flags["same_state"]["--xla_cpu_use_thunk_runtime=false"] is True
-    assert set(flags["cpu_speedup"]) == {f for f in _layout_flag_sets() if f}
-
-
-def _layout_flag_sets():
-    spec = importlib.util.spec_from_file_location("env_layout", SCRIPT.parent / "env_layout.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.FLAG_SETS
+    assert set(flags["cpu_speedup"]) == {f for f in _script("env_layout").FLAG_SETS if f}
