@@ -173,7 +173,7 @@ def _glance(args) -> None:
 
     if args.episodes < 1:
         raise UserError(f"--episodes must be at least 1, got {args.episodes}")
-    fields = ("steps", "spawns", "group", "inner_steps", "beta", "memory", "lr", "rank", "seed")
+    fields = ("steps", "spawns", "group", "inner_steps", "beta", "memory", "lr", "rank", "seed", "ask")
     config = GlanceConfig(
         scenario=args.scenario, policy=args.policy, bots=tuple(args.bots), **{f: getattr(args, f) for f in fields}
     )
@@ -212,6 +212,12 @@ def _glance_parser(sub) -> None:
     g.add_argument("--inner-steps", type=int, default=2, help="Adam steps per training step")
     g.add_argument("--beta", type=float, default=0.1, help="how far the target may move from the base model")
     g.add_argument("--memory", type=float, default=0.95, help="per-step decay of the advantages play has shown")
+    g.add_argument(
+        "--ask",
+        default="any",
+        choices=("any", "visited"),  # glance.ASK_RULES, without importing JAX to build the parser
+        help="the cell a group asks about: any cell, or one a scout lane of its spawn glanced in (no group wasted)",
+    )
     g.add_argument("--lr", type=float, default=3e-4)
     g.add_argument("--rank", type=int, default=8)
     g.add_argument("--seed", type=int, default=0, help="the training spawns' seed (a stream apart from the protocol's)")

@@ -21,7 +21,7 @@ from jaxarena.llm.glance import (
 )
 from jaxarena.llm.history import APPROACH, HISTORY_LEN, NEAREST, NUM_POINT_FEATURES, DecisionHistory, push
 from jaxarena.llm.lora import init_adapter
-from jaxarena.llm.tuning.glance import GlanceConfig, credit, glance_loss, target_probs
+from jaxarena.llm.tuning.glance import GlanceConfig, credit, glance_loss, target_probs, visited_cells
 from jaxarena.names import NUM_ACTIONS, NUM_TAGS
 from jaxarena.runner import Start, make_runner
 
@@ -83,6 +83,28 @@ def test_a_bad_table_is_refused():
         GlanceConfig(group=6)
     with pytest.raises(ValueError, match="bots must be"):
         GlanceConfig(bots=("robot",))
+
+
+def test_visited_cells_are_the_cells_each_episode_glanced_in_while_it_ran():
+    import dataclasses
+
+    tables = np.stack([np.full(NUM_GLANCE_CELLS, 1), np.full(NUM_GLANCE_CELLS, 3), np.full(NUM_GLANCE_CELLS, 1)])
+    result, _ = _rollout(tables, episodes=3)
+    cells, active = np.asarray(result.decision_aux), np.asarray(result.decision_active)
+    seen = np.asarray(visited_cells(result))
+    chex.assert_shape(seen, (3, NUM_GLANCE_CELLS))
+    for episode in range(3):
+        assert set(np.flatnonzero(seen[episode])) == set(cells[active[:, episode], episode])
+    assert seen[:, : NUM_GLANCE_CELLS // 2].any(1).all() and seen[:, NUM_GLANCE_CELLS // 2 :].any(1).all()
+    # A decision the runner marks as not made (the episode had ended) does not count.
+    ended = dataclasses.replace(result, decision_active=result.decision_active.at[:, 1].set(False))
+    assert not np.asarray(visited_cells(ended))[1].any() and np.asarray(visited_cells(ended))[0].any()
+
+
+def test_a_glance_run_asks_about_any_cell_or_a_visited_one_and_nothing_else():
+    assert GlanceConfig().ask == "any" and GlanceConfig(ask="visited").to_json()["ask"] == "visited"
+    with pytest.raises(ValueError, match="ask must be one of any, visited"):
+        GlanceConfig(ask="seen")
 
 
 def test_credit_averages_each_answers_advantage_over_the_groups_that_asked_its_cell():
@@ -237,6 +259,16 @@ def test_a_run_resumes_where_it_stopped_and_reports_against_always_aggressive(gl
     assert played["tuned_win_pct"] == rows["tuned LLM"]["aggressive"]["win_pct"]
     assert played["stock_ci95"] == rows["stock LLM"]["aggressive"]["win_ci"]
     assert "| tuned LLM |" in markdown(result)
+
+
+@pytest.mark.slow  # one tiny training step with its scout lanes (~3 min on 2 cores)
+def test_asking_about_visited_cells_wastes_no_group(glance_model, tmp_path):
+    from jaxarena.llm.tuning.glance import train_glance
+
+    config = GlanceConfig(steps=1, bots=("balanced",), spawns=8, group=4, ask="visited")
+    _, history = train_glance(config, tmp_path, glance_model, progress=lambda line: None)
+    # Every group's lanes glanced in the cell it asked about: the scout saw the group's own game.
+    assert history[0]["reached_groups"] == 1.0
 
 
 @pytest.mark.slow  # loads the embedded model and answers the 18 prompts (~30 s on 2 cores)
