@@ -104,7 +104,12 @@ class GlanceConfig:
             raise ValueError("lr and beta must be > 0, memory in [0, 1), seed >= 0")
 
     def to_json(self) -> dict:
-        return {**dataclasses.asdict(self), "bots": list(self.bots)}
+        fields = {**dataclasses.asdict(self), "bots": list(self.bots)}
+        # Runs and cards written before the asking rule existed asked about any cell and do not name it:
+        # leaving the default out keeps their checkpoints resumable and their configs equal to today's.
+        if fields["ask"] == "any":
+            del fields["ask"]
+        return fields
 
 
 class GlanceModel:

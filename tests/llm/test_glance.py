@@ -102,7 +102,15 @@ def test_visited_cells_are_the_cells_each_episode_glanced_in_while_it_ran():
 
 
 def test_a_glance_run_asks_about_any_cell_or_a_visited_one_and_nothing_else():
+    import json
+
+    from jaxarena.llm.adapters import ADAPTERS_DIR
+
     assert GlanceConfig().ask == "any" and GlanceConfig(ask="visited").to_json()["ask"] == "visited"
+    # The shipped adapter's run, recorded before the rule existed, is today's default recipe (so it resumes).
+    card = json.loads((ADAPTERS_DIR / "smollm2-raid-glance" / "card.json").read_text())
+    assert card["config"] == GlanceConfig().to_json()
+    assert card["config"] != GlanceConfig(ask="visited").to_json()
     with pytest.raises(ValueError, match="ask must be one of any, visited"):
         GlanceConfig(ask="seen")
 
