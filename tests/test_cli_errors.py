@@ -81,6 +81,14 @@ CASES = [
     ("jaxarena-tune-llm", ["look-first", "--window", "-1"], ["look window must be >= 0"], ValueError),
     ("jaxarena-tune-llm", ["glance", "--group", "6"], ["group must be a multiple of 4"], ValueError),
     ("jaxarena-tune-llm", ["glance", "--episodes", "0"], ["--episodes must be at least 1"], None),
+    (
+        "jaxarena-tune-llm",
+        ["glance-play", "--tables", "AAAR"],
+        ["a table is 18 tag initials", "'AAAR' has 4"],
+        ValueError,
+    ),
+    ("jaxarena-tune-llm", ["glance-play", "--tables", "no-such-adapter"], ["no-such-adapter"], ValueError),
+    ("jaxarena-tune-llm", ["glance-play", "--tables", "A", "--episodes", "0"], ["--episodes must be at least 1"], None),
     ("demo.py", ["--episodes", "0"], ["--episodes must be at least 1"], None),
 ]
 

@@ -8,6 +8,7 @@
     jaxarena-tune-llm history-bound --out runs/raid-history-bound   # what a richer prompt could win
     jaxarena-tune-llm look-first --out runs/raid-look-first         # ... and a faster decision period
     jaxarena-tune-llm glance --out runs/raid-glance                 # the LLM learns the glance prompt from play
+    jaxarena-tune-llm glance-play --tables smollm2-raid-glance --out runs/glance-play   # what glance tables win
 
 `data`, `train` and `glance` resume: run the same command again after an interruption.
 Errors are one line with what to do; `--debug` shows the traceback.
@@ -130,13 +131,17 @@ def _evaluate(args) -> None:
     print(f"written to {out}/study.json and study.md")
 
 
-def _play_readers(args, run, markdown, name: str, counts: tuple[str, ...] = ("episodes",), **kwargs) -> None:
-    """`history-bound` and `look-first`: check the episode counts, play, print the table, say where it went."""
+def _check_counts(args, counts: tuple[str, ...]) -> None:
     from jaxarena.cli_errors import UserError
 
     for field in counts:
         if getattr(args, field) < 1:
             raise UserError(f"--{field.replace('_', '-')} must be at least 1, got {getattr(args, field)}")
+
+
+def _play_readers(args, run, markdown, name: str, counts: tuple[str, ...] = ("episodes",), **kwargs) -> None:
+    """`history-bound` and `look-first`: check the episode counts, play, print the table, say where it went."""
+    _check_counts(args, counts)
     result = run(
         scenario=args.scenario,
         policy_spec=args.policy,
@@ -185,6 +190,22 @@ def _glance(args) -> None:
     print(f"written to {args.out}/glance.json, glance.md, curves.png and the adapter to {args.out}/adapter")
 
 
+def _glance_play(args) -> None:
+    from .glance_play import markdown, play, write
+
+    _check_counts(args, ("episodes",))
+    result = play(
+        args.tables,
+        scenario=args.scenario,
+        policy=args.policy,
+        bots=tuple(args.bots),
+        episodes=args.episodes,
+        seed=args.seed,
+    )
+    print(markdown(result))
+    print(f"written to {write(result, args.out)}/glance_play.json and glance_play.md")
+
+
 def _reader_args(p, name: str, held_out: bool) -> None:
     """The arguments `history-bound` and `look-first` share: the squad, its arena, the episodes, the output."""
     which = "held-out " if held_out else ""
@@ -221,7 +242,7 @@ def _glance_parser(sub) -> None:
     g.add_argument("--lr", type=float, default=3e-4)
     g.add_argument("--rank", type=int, default=8)
     g.add_argument("--seed", type=int, default=0, help="the training spawns' seed (a stream apart from the protocol's)")
-    g.add_argument("--episodes", type=int, default=100, help="held-out paired episodes per bot")
+    g.add_argument("--episodes", type=int, default=1000, help="held-out paired episodes per bot")
     g.add_argument("--eval-seed", type=int, default=0, help="the protocol's seed of the held-out episodes")
     g.add_argument("--out", required=True, help="run directory: checkpoint, curves, report, adapter (resumes)")
     g.set_defaults(fn=_glance)
@@ -307,6 +328,15 @@ def parser() -> argparse.ArgumentParser:
     f.set_defaults(fn=_look_first, needs_llm=False)  # a rule reader, not the LLM
 
     _glance_parser(sub)
+
+    g = sub.add_parser(
+        "glance-play",
+        help="what glance tables are worth: each table (18 tag initials, or a glance adapter's most likely "
+        "answers) played beside always Aggressive on paired episodes",
+    )
+    g.add_argument("--tables", nargs="+", required=True, help="tables: e.g. AAAAAAAAAAAAAARFAF, or adapter names")
+    _reader_args(g, "glance_play", held_out=False)
+    g.set_defaults(fn=_glance_play, episodes=1000)
     return p
 
 

@@ -327,7 +327,9 @@ def train_glance(config: GlanceConfig, out: str | Path, model: GlanceModel, prog
         save_checkpoint(out, step + 1, adapter, (opt_state, seen), history, config)
         wins = " ".join(f"{bot} {100 * w:.0f}%" for bot, w in record["lane_win"].items())
         progress(
-            f"step {step + 1}/{config.steps}: the played lanes win {wins}; KL {record['kl']:.3f}, "
+            f"step {step + 1}/{config.steps}: the played lanes win {wins}; groups that reached their cell "
+            f"{100 * record['reached_groups']:.0f}%, whose outcomes differed "
+            f"{100 * record['informative_groups']:.0f}%; KL {record['kl']:.3f}, "
             f"entropy {record['entropy_bits']:.2f} bits; table {record['table']} ({record['seconds']} s)"
         )
     steps = [h["step"] for h in history]

@@ -20,7 +20,7 @@ import numpy as np
 from jaxarena.files import write_atomic
 from jaxarena.names import NPC_WIN, NUM_TAGS, TAG_NAMES
 
-from ..glance import AGGRESSIVE, GLANCE_PERIOD_S, glance_prompts, glance_source, initial_carry
+from ..glance import AGGRESSIVE, GLANCE_PERIOD_S, NUM_GLANCE_CELLS, glance_prompts, glance_source, initial_carry
 from ..lora import save_adapter
 from .glance import GlanceConfig, GlanceModel, greedy_table
 from .history_bound import squad_runner, versus_always_aggressive, win_cell
@@ -37,23 +37,14 @@ def glance_report(
         name: np.asarray(jax.nn.softmax(logits(model.base, a), -1))
         for name, a in (("stock LLM", None), ("tuned LLM", adapter))
     }
-    tables = {"always Aggressive": np.full(len(glance_prompts()), AGGRESSIVE, np.int32)}
-    tables |= {name: greedy_table(p) for name, p in probs.items()}
-    run = squad_runner(
-        config.scenario, config.policy, episodes, config.bots, glance_source(), decision_period_s=GLANCE_PERIOD_S
+    tables = {name: greedy_table(p) for name, p in probs.items()}
+    readers, wins = play_tables(
+        config.scenario, config.policy, config.bots, tables, episodes=episodes, seed=seed, n_boot=n_boot
     )
-    readers = {name: {} for name in READERS}
     for bot in config.bots:
-        results = {name: run(bot, seed, initial_carry(table, episodes)) for name, table in tables.items()}
-        wins = {name: np.asarray(r.outcome == NPC_WIN, np.float64) for name, r in results.items()}
-        for name, result in results.items():
-            tags = np.asarray(result.decision_tags)[np.asarray(result.decision_active)]
-            readers[name][bot] = {
-                **versus_always_aggressive(wins[name], wins["always Aggressive"], n_boot=n_boot, seed=seed),
-                "tag_shares": {TAG_NAMES[t]: float(np.mean(tags == t)) for t in range(NUM_TAGS)},
-                "mean_duration_s": float(np.mean(np.asarray(result.duration_s))),
-            }
-        tuned_minus_stock = versus_always_aggressive(wins["tuned LLM"], wins["stock LLM"], n_boot=n_boot, seed=seed)
+        tuned_minus_stock = versus_always_aggressive(
+            wins["tuned LLM"][bot], wins["stock LLM"][bot], n_boot=n_boot, seed=seed
+        )
         readers["tuned LLM"][bot]["minus_stock_llm"] = tuned_minus_stock["minus_always_aggressive"]
     cells = [
         {
@@ -77,12 +68,43 @@ def glance_report(
     }
 
 
+def play_tables(
+    scenario: str, policy: str, bots, tables: dict, *, episodes: int, seed: int, n_boot: int = 10_000
+) -> tuple[dict, dict]:
+    """Play always Aggressive and each named glance table on the protocol's keys of `seed`, paired.
+
+    Returns ({name: {bot: row}}, {name: {bot: (episodes,) 0/1 wins}}); a row holds the win % with its CI, the
+    paired difference from always Aggressive (pp, CI), the tags' shares of the decisions made, the mean duration.
+    """
+    tables = {"always Aggressive": np.full(NUM_GLANCE_CELLS, AGGRESSIVE, np.int32), **tables}
+    run = squad_runner(scenario, policy, episodes, bots, glance_source(), decision_period_s=GLANCE_PERIOD_S)
+    readers, wins = {name: {} for name in tables}, {name: {} for name in tables}
+    for bot in bots:
+        results = {name: run(bot, seed, initial_carry(np.asarray(t, np.int32), episodes)) for name, t in tables.items()}
+        for name, result in results.items():
+            wins[name][bot] = np.asarray(result.outcome == NPC_WIN, np.float64)
+        for name, result in results.items():
+            tags = np.asarray(result.decision_tags)[np.asarray(result.decision_active)]
+            readers[name][bot] = {
+                **versus_always_aggressive(wins[name][bot], wins["always Aggressive"][bot], n_boot=n_boot, seed=seed),
+                "tag_shares": {TAG_NAMES[t]: float(np.mean(tags == t)) for t in range(NUM_TAGS)},
+                "mean_duration_s": float(np.mean(np.asarray(result.duration_s))),
+            }
+    return readers, wins
+
+
+def played_on(result: dict, held_out: str = "held-out ") -> str:
+    """The first line of a glance play's report: the squad, the arena, the period and the episodes."""
+    return (
+        f"Scenario `{result['scenario']}`, squad `{result['policy']}`, a glance every {result['decision_period_s']:g} "
+        f"s, {result['episodes']} {held_out}paired episodes per bot (the protocol's keys of seed {result['seed']})."
+    )
+
+
 def markdown(result: dict) -> str:
     bots = result["bots"]
     lines = [
-        f"Scenario `{result['scenario']}`, squad `{result['policy']}`, a glance every "
-        f"{result['decision_period_s']:g} s, {result['episodes']} held-out paired episodes per bot (the protocol's "
-        f"keys of seed {result['seed']}). Each LLM answers every glance prompt with its most likely tag.",
+        played_on(result) + " Each LLM answers every glance prompt with its most likely tag.",
         "",
         "| reader | " + " | ".join(bots) + " |",
         "|---|" + "---|" * len(bots),

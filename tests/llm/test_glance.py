@@ -274,9 +274,11 @@ def test_asking_about_visited_cells_wastes_no_group(glance_model, tmp_path):
     from jaxarena.llm.tuning.glance import train_glance
 
     config = GlanceConfig(steps=1, bots=("balanced",), spawns=8, group=4, ask="visited")
-    _, history = train_glance(config, tmp_path, glance_model, progress=lambda line: None)
+    lines = []
+    _, history = train_glance(config, tmp_path, glance_model, progress=lines.append)
     # Every group's lanes glanced in the cell it asked about: the scout saw the group's own game.
     assert history[0]["reached_groups"] == 1.0
+    assert "groups that reached their cell 100%" in lines[-1]  # and the progress line says so
 
 
 @pytest.mark.slow  # loads the embedded model and answers the 18 prompts (~30 s on 2 cores)

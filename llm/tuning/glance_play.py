@@ -1,0 +1,89 @@
+"""What a glance table is worth: tables of answers, from adapters or written out, played on held-out episodes.
+
+A glance LLM plays its table of most likely answers (one tag per glance
+prompt), so a table is the whole of what it does in the game. This plays
+any number of tables beside always Aggressive on the protocol's paired
+episodes, as many as asked: a learned table's gain is a few points either
+side of an aim at 100 episodes per bot (a paired difference's standard
+error there is about 5 points), and 1,000 cost seconds here.
+
+A table is written as 18 tag initials in the order of `glance_prompts()`
+(S Surround, A Aggressive, F Flank, R Retreat), e.g. AAAAAAAAAAAAAARFAF,
+or named by a glance adapter (a shipped name or a directory), whose most
+likely answers it reads.
+
+    jaxarena-tune-llm glance-play --tables smollm2-raid-glance AAAAAAAARAAAAAAFAA --episodes 1000 --out runs/play
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from jaxarena.files import write_atomic
+from jaxarena.names import TAG_NAMES
+
+from ..glance import GLANCE_PERIOD_S, NUM_GLANCE_CELLS
+from .glance_report import load_glance_table, play_tables, played_on
+from .history_bound import win_cell
+
+#: A table's letters: each tag's initial, in tag order.
+INITIALS = "".join(name[0] for name in TAG_NAMES)
+
+
+def parse_table(spec: str) -> np.ndarray:
+    """(NUM_GLANCE_CELLS,) int32 answers from 18 tag initials, or from a glance adapter's name or directory.
+
+    Raises ValueError for letters that are not a table, `AdapterError` for a missing or foreign adapter.
+    """
+    letters = spec.upper()
+    if not Path(spec).exists() and set(letters) <= set(INITIALS):
+        if len(letters) != NUM_GLANCE_CELLS:
+            raise ValueError(f"a table is {NUM_GLANCE_CELLS} tag initials ({INITIALS}); {spec!r} has {len(spec)}")
+        return np.asarray([INITIALS.index(c) for c in letters], np.int32)
+    return load_glance_table(spec)[0]
+
+
+def initials(table) -> str:
+    return "".join(INITIALS[int(t)] for t in table)
+
+
+def play(specs, *, scenario: str, policy: str, bots, episodes: int, seed: int, n_boot: int = 10_000) -> dict:
+    """Play always Aggressive and every table in `specs` on `episodes` paired episodes per bot of `seed`."""
+    tables = {spec: parse_table(spec) for spec in specs}
+    readers, _ = play_tables(scenario, policy, bots, tables, episodes=episodes, seed=seed, n_boot=n_boot)
+    return {
+        "scenario": scenario,
+        "policy": policy,
+        "episodes": episodes,
+        "seed": seed,
+        "decision_period_s": GLANCE_PERIOD_S,
+        "bots": list(bots),
+        "tables": {name: initials(tables[name]) for name in tables},
+        "readers": readers,
+    }
+
+
+def markdown(result: dict) -> str:
+    bots = result["bots"]
+    lines = [
+        played_on(result, held_out=""),
+        "",
+        "| table | answers (S A F R per glance prompt) | " + " | ".join(bots) + " |",
+        "|---|---|" + "---|" * len(bots),
+    ]
+    answers = {"always Aggressive": "A" * NUM_GLANCE_CELLS, **result["tables"]}
+    for name, row in result["readers"].items():
+        lines.append(f"| {name} | {answers[name]} | " + " | ".join(win_cell(row[bot]) for bot in bots) + " |")
+    lines += ["", "In brackets: the paired difference from always Aggressive, pp [95% CI]."]
+    return "\n".join(lines) + "\n"
+
+
+def write(result: dict, out: str | Path) -> Path:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / "glance_play.json", json.dumps(result, indent=2))
+    write_atomic(out / "glance_play.md", markdown(result))
+    return out

@@ -1,0 +1,39 @@
+"""Glance tables played beside always Aggressive: tables from tag initials, paired episodes."""
+
+import numpy as np
+import pytest
+
+from jaxarena.llm.glance import NUM_GLANCE_CELLS
+from jaxarena.llm.tuning.glance_play import INITIALS, initials, markdown, parse_table, play
+
+
+def test_a_table_is_read_from_its_tag_initials_and_a_mistyped_one_is_refused():
+    assert INITIALS == "SAFR"
+    table = parse_table("aaaaaaaaaaaaaarfaf")
+    assert table.dtype == np.int32 and table.shape == (NUM_GLANCE_CELLS,)
+    assert table[14] == 3 and table[15] == 2 and table[17] == 2 and set(table[:14]) == {1}
+    assert initials(table) == "AAAAAAAAAAAAAARFAF"
+    with pytest.raises(ValueError, match="18 tag initials"):
+        parse_table("AAAR")
+
+
+def test_tables_play_paired_with_always_aggressive_and_each_plays_its_own_answers():
+    result = play(
+        ["A" * NUM_GLANCE_CELLS, "R" * NUM_GLANCE_CELLS],
+        scenario="raid",
+        policy="B-obey-raid",
+        bots=("aggressive",),
+        episodes=16,
+        seed=0,
+        n_boot=200,
+    )
+    rows = result["readers"]
+    assert list(rows) == ["always Aggressive", "A" * NUM_GLANCE_CELLS, "R" * NUM_GLANCE_CELLS]
+    same, retreat = rows["A" * NUM_GLANCE_CELLS]["aggressive"], rows["R" * NUM_GLANCE_CELLS]["aggressive"]
+    # The same answers on the same keys play the same episodes: a difference of exactly zero.
+    assert same["minus_always_aggressive"] == [0.0, 0.0, 0.0]
+    assert same["win_pct"] == rows["always Aggressive"]["aggressive"]["win_pct"]
+    assert retreat["tag_shares"]["Retreat"] == 1.0 and same["tag_shares"]["Aggressive"] == 1.0
+    d = retreat["minus_always_aggressive"]
+    assert d[1] <= d[0] <= d[2]
+    assert f"| {'R' * NUM_GLANCE_CELLS} | {'R' * NUM_GLANCE_CELLS} |" in markdown(result)
