@@ -88,6 +88,12 @@ CASES = [
         ValueError,
     ),
     ("jaxarena-tune-llm", ["glance-play", "--tables", "no-such-adapter"], ["no-such-adapter"], ValueError),
+    (
+        "jaxarena-tune-llm",
+        ["glance-play", "--tables", "AAAAAAAAAAAAAARFAG"],
+        ["'AAAAAAAAAAAAAARFAG' has G"],
+        ValueError,
+    ),
     ("jaxarena-tune-llm", ["glance-play", "--tables", "A", "--episodes", "0"], ["--episodes must be at least 1"], None),
     ("demo.py", ["--episodes", "0"], ["--episodes must be at least 1"], None),
 ]

@@ -191,9 +191,15 @@ def _glance(args) -> None:
 
 
 def _glance_play(args) -> None:
-    from .glance_play import markdown, play, write
+    from .glance_play import is_written_table, markdown, play, write
 
     _check_counts(args, ("episodes",))
+    if not all(map(is_written_table, args.tables)):
+        # An adapter's answers come from the embedded model: stop before any play if its weights are missing.
+        from ..backends.embedded import EmbeddedBackend
+        from ..preflight import preflight
+
+        preflight(EmbeddedBackend())
     result = play(
         args.tables,
         scenario=args.scenario,
@@ -207,12 +213,18 @@ def _glance_play(args) -> None:
 
 
 def _reader_args(p, name: str, held_out: bool) -> None:
-    """The arguments `history-bound` and `look-first` share: the squad, its arena, the episodes, the output."""
+    """The arguments `history-bound`, `look-first` and `glance-play` share: the squad, its arena, the episodes,
+    the output."""
     which = "held-out " if held_out else ""
     p.add_argument("--scenario", default="raid")
     p.add_argument("--policy", default="B-obey-raid")
     p.add_argument("--bots", nargs="+", default=list(BOT_TYPES), choices=BOT_TYPES)
-    p.add_argument("--episodes", type=int, default=100, help=f"{which}paired episodes per bot (the protocol's keys)")
+    p.add_argument(
+        "--episodes",
+        type=int,
+        default=100,
+        help=f"{which}paired episodes per bot (the protocol's keys; default %(default)s)",
+    )
     p.add_argument("--seed", type=int, default=0, help=f"the protocol's seed of the {which}episodes")
     p.add_argument("--out", required=True, help=f"directory for {name}.json and {name}.md")
 
@@ -242,7 +254,7 @@ def _glance_parser(sub) -> None:
     g.add_argument("--lr", type=float, default=3e-4)
     g.add_argument("--rank", type=int, default=8)
     g.add_argument("--seed", type=int, default=0, help="the training spawns' seed (a stream apart from the protocol's)")
-    g.add_argument("--episodes", type=int, default=1000, help="held-out paired episodes per bot")
+    g.add_argument("--episodes", type=int, default=1000, help="held-out paired episodes per bot (default %(default)s)")
     g.add_argument("--eval-seed", type=int, default=0, help="the protocol's seed of the held-out episodes")
     g.add_argument("--out", required=True, help="run directory: checkpoint, curves, report, adapter (resumes)")
     g.set_defaults(fn=_glance)
@@ -336,7 +348,7 @@ def parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--tables", nargs="+", required=True, help="tables: e.g. AAAAAAAAAAAAAARFAF, or adapter names")
     _reader_args(g, "glance_play", held_out=False)
-    g.set_defaults(fn=_glance_play, episodes=1000)
+    g.set_defaults(fn=_glance_play, episodes=1000, needs_llm=False)  # an adapter named in --tables checks itself
     return p
 
 

@@ -3,9 +3,9 @@
 A glance LLM plays its table of most likely answers (one tag per glance
 prompt), so a table is the whole of what it does in the game. This plays
 any number of tables beside always Aggressive on the protocol's paired
-episodes, as many as asked: a learned table's gain is a few points either
-side of an aim at 100 episodes per bot (a paired difference's standard
-error there is about 5 points), and 1,000 cost seconds here.
+episodes. At 100 episodes per bot a paired difference's standard error is
+about 5 points, as large as the differences between learned tables; 1,000
+episodes bring it under 2 and cost seconds here.
 
 A table is written as 18 tag initials in the order of `glance_prompts()`
 (S Surround, A Aggressive, F Flank, R Retreat), e.g. AAAAAAAAAAAAAARFAF,
@@ -38,12 +38,23 @@ def parse_table(spec: str) -> np.ndarray:
 
     Raises ValueError for letters that are not a table, `AdapterError` for a missing or foreign adapter.
     """
+    if not is_written_table(spec):
+        return load_glance_table(spec)[0]
     letters = spec.upper()
-    if not Path(spec).exists() and set(letters) <= set(INITIALS):
-        if len(letters) != NUM_GLANCE_CELLS:
-            raise ValueError(f"a table is {NUM_GLANCE_CELLS} tag initials ({INITIALS}); {spec!r} has {len(spec)}")
-        return np.asarray([INITIALS.index(c) for c in letters], np.int32)
-    return load_glance_table(spec)[0]
+    if len(letters) != NUM_GLANCE_CELLS:
+        raise ValueError(f"a table is {NUM_GLANCE_CELLS} tag initials ({INITIALS}); {spec!r} has {len(spec)}")
+    wrong = sorted(set(letters) - set(INITIALS))
+    if wrong:
+        raise ValueError(f"a table is {NUM_GLANCE_CELLS} tag initials ({INITIALS}); {spec!r} has {', '.join(wrong)}")
+    return np.asarray([INITIALS.index(c) for c in letters], np.int32)
+
+
+def is_written_table(spec: str) -> bool:
+    """Whether `spec` is meant as a table of initials, not an adapter: letters only, either all tag initials or
+    as many as a table has, and no such directory (adapter names hold a hyphen)."""
+    if Path(spec).exists() or not spec.isalpha():
+        return False
+    return set(spec.upper()) <= set(INITIALS) or len(spec) == NUM_GLANCE_CELLS
 
 
 def initials(table) -> str:

@@ -25,11 +25,9 @@ from ..lora import save_adapter
 from .glance import GlanceConfig, GlanceModel, greedy_table
 from .history_bound import squad_runner, versus_always_aggressive, win_cell
 
-READERS = ("always Aggressive", "stock LLM", "tuned LLM")
-
 
 def glance_report(
-    model: GlanceModel, adapter, *, config: GlanceConfig, episodes: int = 100, seed: int = 0, n_boot: int = 10_000
+    model: GlanceModel, adapter, *, config: GlanceConfig, episodes: int = 1000, seed: int = 0, n_boot: int = 10_000
 ) -> dict:
     """Play always Aggressive, the stock and the tuned LLM's glance tables on the protocol's keys of `seed`."""
     logits = jax.jit(model.logits)

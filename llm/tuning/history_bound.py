@@ -191,6 +191,10 @@ def held_out_report(play, table: Sequence[int], *, seed: int, n_boot: int = 10_0
     return report
 
 
+def _rounded(values) -> list[float]:
+    return [round(float(v), 6) for v in values]
+
+
 def versus_always_aggressive(wins: np.ndarray, always_aggressive: np.ndarray, *, n_boot: int, seed: int) -> dict:
     """A reader's win % with its bootstrap CI, and its paired difference from always Aggressive (pp, CI).
 
@@ -201,8 +205,8 @@ def versus_always_aggressive(wins: np.ndarray, always_aggressive: np.ndarray, *,
     diff = paired_bootstrap_diff(wins, always_aggressive, n_boot=n_boot, seed=seed)
     return {
         "win_pct": round(100 * float(wins.mean()), 6),  # so 1,000 episodes record 10.1, not 10.100000000000001
-        "win_ci": list(bootstrap_rate_ci(wins.astype(np.int64), 1, n_boot=n_boot, seed=seed)),  # code 1: a win
-        "minus_always_aggressive": [round(100 * x, 6) for x in diff],
+        "win_ci": _rounded(bootstrap_rate_ci(wins.astype(np.int64), 1, n_boot=n_boot, seed=seed)),  # code 1: a win
+        "minus_always_aggressive": _rounded(100 * x for x in diff),
     }
 
 

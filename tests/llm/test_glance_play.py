@@ -15,6 +15,8 @@ def test_a_table_is_read_from_its_tag_initials_and_a_mistyped_one_is_refused():
     assert initials(table) == "AAAAAAAAAAAAAARFAF"
     with pytest.raises(ValueError, match="18 tag initials"):
         parse_table("AAAR")
+    with pytest.raises(ValueError, match="'AAAAAAAAAAAAAARFAG' has G"):  # a typo is named, not looked up as an adapter
+        parse_table("AAAAAAAAAAAAAARFAG")
 
 
 def test_tables_play_paired_with_always_aggressive_and_each_plays_its_own_answers():
