@@ -131,17 +131,14 @@ def _evaluate(args) -> None:
     print(f"written to {out}/study.json and study.md")
 
 
-def _check_counts(args, counts: tuple[str, ...]) -> None:
+def _play_readers(args, run, markdown, name: str, counts: tuple[str, ...] = ("episodes",), **kwargs) -> None:
+    """`history-bound`, `look-first` and `glance-play`: check the episode counts, play, print the table, say where
+    it went."""
     from jaxarena.cli_errors import UserError
 
     for field in counts:
         if getattr(args, field) < 1:
             raise UserError(f"--{field.replace('_', '-')} must be at least 1, got {getattr(args, field)}")
-
-
-def _play_readers(args, run, markdown, name: str, counts: tuple[str, ...] = ("episodes",), **kwargs) -> None:
-    """`history-bound` and `look-first`: check the episode counts, play, print the table, say where it went."""
-    _check_counts(args, counts)
     result = run(
         scenario=args.scenario,
         policy_spec=args.policy,
@@ -191,25 +188,15 @@ def _glance(args) -> None:
 
 
 def _glance_play(args) -> None:
-    from .glance_play import is_written_table, markdown, play, write
+    from .glance_play import is_written_table, markdown, run_glance_play
 
-    _check_counts(args, ("episodes",))
     if not all(map(is_written_table, args.tables)):
         # An adapter's answers come from the embedded model: stop before any play if its weights are missing.
         from ..backends.embedded import EmbeddedBackend
         from ..preflight import preflight
 
         preflight(EmbeddedBackend())
-    result = play(
-        args.tables,
-        scenario=args.scenario,
-        policy=args.policy,
-        bots=tuple(args.bots),
-        episodes=args.episodes,
-        seed=args.seed,
-    )
-    print(markdown(result))
-    print(f"written to {write(result, args.out)}/glance_play.json and glance_play.md")
+    _play_readers(args, run_glance_play, markdown, "glance_play", tables=args.tables)
 
 
 def _reader_args(p, name: str, held_out: bool) -> None:

@@ -17,17 +17,15 @@ likely answers it reads.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
-from jaxarena.files import write_atomic
 from jaxarena.names import TAG_NAMES
 
 from ..glance import GLANCE_PERIOD_S, NUM_GLANCE_CELLS
 from .glance_report import load_glance_table, play_tables, played_on
-from .history_bound import win_cell
+from .history_bound import win_cell, write_result
 
 #: A table's letters: each tag's initial, in tag order.
 INITIALS = "".join(name[0] for name in TAG_NAMES)
@@ -61,13 +59,13 @@ def initials(table) -> str:
     return "".join(INITIALS[int(t)] for t in table)
 
 
-def play(specs, *, scenario: str, policy: str, bots, episodes: int, seed: int, n_boot: int = 10_000) -> dict:
+def play(specs, *, scenario: str, policy_spec: str, bots, episodes: int, seed: int, n_boot: int = 10_000) -> dict:
     """Play always Aggressive and every table in `specs` on `episodes` paired episodes per bot of `seed`."""
     tables = {spec: parse_table(spec) for spec in specs}
-    readers, _ = play_tables(scenario, policy, bots, tables, episodes=episodes, seed=seed, n_boot=n_boot)
+    readers, _ = play_tables(scenario, policy_spec, bots, tables, episodes=episodes, seed=seed, n_boot=n_boot)
     return {
         "scenario": scenario,
-        "policy": policy,
+        "policy": policy_spec,
         "episodes": episodes,
         "seed": seed,
         "decision_period_s": GLANCE_PERIOD_S,
@@ -92,9 +90,8 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(result: dict, out: str | Path) -> Path:
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_atomic(out / "glance_play.json", json.dumps(result, indent=2))
-    write_atomic(out / "glance_play.md", markdown(result))
-    return out
+def run_glance_play(*, out: str, tables, **kwargs) -> dict:
+    """`play(tables, **kwargs)`, written to OUT/glance_play.json and .md."""
+    result = play(tables, **kwargs)
+    write_result(out, "glance_play", result, markdown)
+    return result

@@ -11,19 +11,17 @@ episode length (a gain bought by stalling would show there).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import jax
 import numpy as np
 
-from jaxarena.files import write_atomic
 from jaxarena.names import NPC_WIN, NUM_TAGS, TAG_NAMES
 
 from ..glance import AGGRESSIVE, GLANCE_PERIOD_S, NUM_GLANCE_CELLS, glance_prompts, glance_source, initial_carry
 from ..lora import save_adapter
 from .glance import GlanceConfig, GlanceModel, greedy_table
-from .history_bound import squad_runner, versus_always_aggressive, win_cell
+from .history_bound import squad_runner, versus_always_aggressive, win_cell, write_result
 
 
 def glance_report(
@@ -156,8 +154,7 @@ def finish(model: GlanceModel, adapter, config: GlanceConfig, out: str | Path, h
     """Play the report, write OUT/glance.json and .md, and save the adapter with its card to OUT/adapter."""
     out = Path(out)
     result = glance_report(model, adapter, config=config, **play)
-    write_atomic(out / "glance.json", json.dumps(result, indent=2))
-    write_atomic(out / "glance.md", markdown(result))
+    write_result(out, "glance", result, markdown)
     tuned = result["readers"]["tuned LLM"]
     card = {
         "kind": "glance-adapter",

@@ -191,6 +191,15 @@ def held_out_report(play, table: Sequence[int], *, seed: int, n_boot: int = 10_0
     return report
 
 
+def write_result(out: str | Path, name: str, result: dict, markdown) -> Path:
+    """OUT/NAME.json and OUT/NAME.md (`markdown(result)`), written atomically; OUT is made if missing."""
+    path = Path(out)
+    path.mkdir(parents=True, exist_ok=True)
+    write_atomic(path / f"{name}.json", json.dumps(result, indent=2))
+    write_atomic(path / f"{name}.md", markdown(result))
+    return path
+
+
 def _rounded(values) -> list[float]:
     return [round(float(v), 6) for v in values]
 
@@ -264,8 +273,5 @@ def run_history_bound(
         "search_win_pct": {bot: 100 * r for bot, r in train_rates.items()},
         "held_out": held_out,
     }
-    path = Path(out)
-    path.mkdir(parents=True, exist_ok=True)
-    write_atomic(path / "history_bound.json", json.dumps(result, indent=2))
-    write_atomic(path / "history_bound.md", markdown(result))
+    write_result(out, "history_bound", result, markdown)
     return result

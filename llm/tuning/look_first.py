@@ -25,22 +25,19 @@ shows (the Retreat share and the episodes' durations are reported).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxarena.files import write_atomic
 from jaxarena.names import BOT_TYPES, NPC_WIN, TAG_NAMES
 from jaxarena.tag_sources import TagSource
 from jaxarena.types import ticks
 
 from ..deduction import TOWARD, approach_bin
 from ..history import APPROACH, blank_histories, push
-from .history_bound import squad_runner, versus_always_aggressive, win_cell
+from .history_bound import squad_runner, versus_always_aggressive, win_cell, write_result
 
 AGGRESSIVE, RETREAT = TAG_NAMES.index("Aggressive"), TAG_NAMES.index("Retreat")
 
@@ -136,8 +133,5 @@ def markdown(result: dict) -> str:
 def run_look_first(*, out: str, **kwargs) -> dict:
     """`look_first_report`, written to OUT/look_first.json and .md."""
     result = look_first_report(**kwargs)
-    path = Path(out)
-    path.mkdir(parents=True, exist_ok=True)
-    write_atomic(path / "look_first.json", json.dumps(result, indent=2))
-    write_atomic(path / "look_first.md", markdown(result))
+    write_result(out, "look_first", result, markdown)
     return result

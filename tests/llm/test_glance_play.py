@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from jaxarena.llm.glance import NUM_GLANCE_CELLS
-from jaxarena.llm.tuning.glance_play import INITIALS, initials, markdown, parse_table, play
+from jaxarena.llm.tuning.glance_play import INITIALS, initials, markdown, parse_table, run_glance_play
 
 
 def test_a_table_is_read_from_its_tag_initials_and_a_mistyped_one_is_refused():
@@ -19,11 +19,14 @@ def test_a_table_is_read_from_its_tag_initials_and_a_mistyped_one_is_refused():
         parse_table("AAAAAAAAAAAAAARFAG")
 
 
-def test_tables_play_paired_with_always_aggressive_and_each_plays_its_own_answers():
-    result = play(
-        ["A" * NUM_GLANCE_CELLS, "R" * NUM_GLANCE_CELLS],
+def test_tables_play_paired_with_always_aggressive_and_each_plays_its_own_answers(tmp_path):
+    import json
+
+    result = run_glance_play(
+        out=tmp_path,
+        tables=["A" * NUM_GLANCE_CELLS, "R" * NUM_GLANCE_CELLS],
         scenario="raid",
-        policy="B-obey-raid",
+        policy_spec="B-obey-raid",
         bots=("aggressive",),
         episodes=16,
         seed=0,
@@ -39,3 +42,5 @@ def test_tables_play_paired_with_always_aggressive_and_each_plays_its_own_answer
     d = retreat["minus_always_aggressive"]
     assert d[1] <= d[0] <= d[2]
     assert f"| {'R' * NUM_GLANCE_CELLS} | {'R' * NUM_GLANCE_CELLS} |" in markdown(result)
+    assert json.loads((tmp_path / "glance_play.json").read_text()) == result  # and the run keeps what it printed
+    assert (tmp_path / "glance_play.md").read_text() == markdown(result)
