@@ -66,6 +66,11 @@ class PPOConfig:
     max_grad_norm: float = 0.5
     lr: float = 3e-4
     anneal_lr: bool = True
+    # Env steps over which lr (to 0) and ent_coef (to ent_coef_end) anneal; None: the whole run.
+    # A horizon past total_timesteps ends the run mid-anneal, as the first steps of a longer run
+    # (docs/benchmarks.md, "Time to policy": the horizon decides when, and whether, a seed learns
+    # the evasive bot).
+    anneal_steps: int | None = None
     hidden: int = 64
     activation: str = "tanh"
     # The network also gets a one-hot of the tag (see ActorCritic); None: on for
@@ -119,6 +124,10 @@ class PPOConfig:
             raise ValueError(f"recipe must be one of {RECIPES}, got {self.recipe!r}")
         if self.activation not in ("tanh", "relu"):
             raise ValueError(f"activation must be 'tanh' or 'relu', got {self.activation!r}")
+        if self.anneal_steps is not None:  # `--set anneal_steps=5e7` parses as a float
+            object.__setattr__(self, "anneal_steps", int(self.anneal_steps))
+        if self.anneal_steps is not None and self.anneal_steps < 1:
+            raise ValueError(f"anneal_steps must be >= 1 or None (the whole run), got {self.anneal_steps}")
         for name in ("num_envs", "num_steps", "update_epochs", "num_minibatches", "hidden", "tag_period_ticks"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -135,6 +144,12 @@ class PPOConfig:
     def num_updates(self) -> int:
         """Updates in the whole run (at least 1)."""
         return max(1, self.total_timesteps // self.steps_per_update)
+
+    @property
+    def anneal_grad_steps(self) -> int:
+        """Adam steps over which lr and ent_coef anneal: `anneal_steps`' updates (default the run's)."""
+        updates = self.num_updates if self.anneal_steps is None else max(1, self.anneal_steps // self.steps_per_update)
+        return updates * self.update_epochs * self.num_minibatches
 
     @property
     def minibatch_size(self) -> int:

@@ -199,7 +199,7 @@ def make_trainer(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Trainer
     network = ActorCritic(**config.network_kwargs())
     bot_types = bot_types_for(config)
     n_envs, n_steps = config.num_envs, config.num_steps
-    n_grad_steps = config.num_updates * config.update_epochs * config.num_minibatches
+    n_grad_steps = config.anneal_grad_steps  # the anneals' length, the run's own unless anneal_steps says
 
     def _env_params(bot_type):
         return base_params.replace(bot_type=bot_type)
@@ -322,7 +322,7 @@ def make_trainer(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Trainer
             def _update_minbatch(train_state, minibatch):
                 batch, adv, tgt = minibatch
                 ent_coef = config.ent_coef
-                if config.ent_coef_end is not None:  # linear anneal over the run's gradient steps
+                if config.ent_coef_end is not None:  # linear anneal over `anneal_grad_steps`
                     frac = jnp.clip(train_state.step / n_grad_steps, 0.0, 1.0)
                     ent_coef = config.ent_coef + frac * (config.ent_coef_end - config.ent_coef)
                 (loss, aux), grads = jax.value_and_grad(_loss, has_aux=True)(

@@ -126,3 +126,33 @@ def test_an_interrupted_run_says_how_to_resume_and_the_same_command_does(tmp_pat
     fresh[fresh.index("--out") + 1] = str(tmp_path / "early")
     assert main(fresh) == 130
     assert "no checkpoint was saved yet" in capsys.readouterr().err
+
+
+def test_anneal_steps_is_the_schedules_length_and_defaults_to_the_runs():
+    per_update = TINY_SIZES["num_envs"] * TINY_SIZES["num_steps"]
+    short = PPOConfig.fast(**TINY_SIZES, total_timesteps=2 * per_update)
+    adam_steps = short.update_epochs * short.num_minibatches
+    assert short.anneal_grad_steps == 2 * adam_steps
+    assert short.replace(anneal_steps=2 * per_update).anneal_grad_steps == short.anneal_grad_steps
+    assert short.replace(anneal_steps=4 * per_update).anneal_grad_steps == 4 * adam_steps
+    assert PPOConfig.from_dict(json.loads(short.replace(anneal_steps=99).to_json())).anneal_steps == 99
+    assert short.replace(anneal_steps=5e7).anneal_steps == 50_000_000  # as `--set anneal_steps=5e7` gives it
+    with pytest.raises(ValueError, match="anneal_steps must be >= 1"):
+        short.replace(anneal_steps=0)
+
+
+def _params_after(cfg: PPOConfig, updates: int):
+    trainer = make_trainer(cfg, mesh=None)
+    state, _ = jax.jit(trainer.run_updates, static_argnums=1)(jax.jit(trainer.init)(jax.random.PRNGKey(3)), updates)
+    return state.train_state.params
+
+
+@pytest.mark.slow  # three tiny trainers compiled in-process: ~25 s on 2 shared cores
+def test_a_horizon_past_the_run_trains_the_first_updates_of_a_run_that_long():
+    per_update = TINY_SIZES["num_envs"] * TINY_SIZES["num_steps"]
+    short = PPOConfig.fast(**TINY_SIZES, total_timesteps=2 * per_update)
+    cut = _params_after(short.replace(anneal_steps=4 * per_update), 2)
+    chex.assert_trees_all_equal(cut, _params_after(short.replace(total_timesteps=4 * per_update), 2))
+    # The schedule is what differs from the short run's own: a slower anneal changes the updates.
+    moved = jax.tree.map(lambda a, b: float(np.max(np.abs(a - b))), cut, _params_after(short, 2))
+    assert max(jax.tree.leaves(moved)) > 0.0
