@@ -21,6 +21,7 @@ under `--out`) and a summary line: `time_to_policy_s` per preset (mean over
 seeds that passed), `speedup` (default over fast; null unless both passed the same seeds), seeds, load.
 
     python benchmarks/time_to_policy.py --max-minutes 20 --out runs/time_to_policy
+    python benchmarks/time_to_policy.py --presets fast --seeds 0 1 2 --total-steps 5e7 --set ent_coef=0.03
     python benchmarks/time_to_policy.py --smoke        # tiny sizes, a few seconds
 """
 
@@ -41,6 +42,7 @@ def parse(argv=None):
     p.add_argument("--presets", nargs="+", default=["default", "fast"], help="PPOConfig presets to race")
     p.add_argument("--seeds", nargs="+", type=int, default=[0], help="training seeds, each run per preset")
     p.add_argument("--total-steps", type=float, default=2.5e7, help="the schedule's length (as the shipped A)")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="PPOConfig fields for every preset")
     p.add_argument("--eval-every", type=float, default=1e6, help="env steps between cheap checks")
     p.add_argument("--cheap-episodes", type=int, default=200, help="episodes per bot of a cheap check")
     p.add_argument("--full-episodes", type=int, default=1000, help="episodes per bot of the confirming check")
@@ -50,7 +52,28 @@ def parse(argv=None):
     p.add_argument("--eval-seed", type=int, default=1_000_003, help="root key of the held-out episodes")
     p.add_argument("--out", default=None, help="folder for curve.jsonl and curve.png")
     p.add_argument("--smoke", action="store_true", help="tiny sizes and short episodes: checks the plumbing")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.changes = config_changes(p, args.set)
+    return args
+
+
+def config_changes(parser, items) -> dict:
+    """`--set KEY=VALUE` items as PPOConfig changes (values read as JSON); an unknown field is a usage error."""
+    import dataclasses
+
+    from jaxarena.algorithms import PPOConfig
+
+    fields = {f.name for f in dataclasses.fields(PPOConfig)}
+    changes = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or key not in fields:
+            parser.error(f"--set {item!r}: not KEY=VALUE with KEY a PPOConfig field ({', '.join(sorted(fields))})")
+        try:
+            changes[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            changes[key] = raw  # a plain string, e.g. activation=relu
+    return changes
 
 
 def smoke_args(args):
@@ -183,7 +206,7 @@ def build_program(preset: str, args) -> dict:
     from jaxarena.algorithms import PPOConfig, make_trainer
 
     sizes = {"num_envs": 8, "num_steps": 8} if args.smoke else {}
-    cfg = PPOConfig.preset(preset, combination="A", total_timesteps=int(args.total_steps), **sizes)
+    cfg = PPOConfig.preset(preset, combination="A", total_timesteps=int(args.total_steps), **sizes, **args.changes)
     trainer = make_trainer(cfg)
     run = jax.jit(trainer.run_updates, static_argnums=1, donate_argnums=0)
     chunk = max(1, round(args.eval_every / cfg.steps_per_update))

@@ -75,7 +75,7 @@ def test_the_fast_preset_round_trips_through_the_cli_run_config_and_resume(tmp_p
 def test_time_to_policy_smoke_mode_reports_both_recipes(tmp_path):
     script = ROOT / "benchmarks" / "time_to_policy.py"
     proc = subprocess.run(
-        [sys.executable, str(script), "--smoke", "--out", str(tmp_path)],
+        [sys.executable, str(script), "--smoke", "--out", str(tmp_path), "--set", "anneal_steps=1e6"],
         capture_output=True,
         text=True,
         timeout=600,
@@ -156,3 +156,24 @@ def test_a_horizon_past_the_run_trains_the_first_updates_of_a_run_that_long():
     # The schedule is what differs from the short run's own: a slower anneal changes the updates.
     moved = jax.tree.map(lambda a, b: float(np.max(np.abs(a - b))), cut, _params_after(short, 2))
     assert max(jax.tree.leaves(moved)) > 0.0
+
+
+def _time_to_policy_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("time_to_policy", ROOT / "benchmarks" / "time_to_policy.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_time_to_policy_sets_config_fields_and_refuses_unknown_ones(capsys):
+    ttp = _time_to_policy_script()
+    args = ttp.parse(["--set", "ent_coef=0.03", "anneal_steps=5e7", "activation=relu"])
+    assert args.changes == {"ent_coef": 0.03, "anneal_steps": 5e7, "activation": "relu"}
+    assert PPOConfig.preset("fast", **args.changes).anneal_steps == 50_000_000
+    for bad in ("entropy=0.03", "ent_coef"):
+        with pytest.raises(SystemExit) as exit_info:
+            ttp.parse(["--set", bad])
+        assert exit_info.value.code == 2
+        assert "not KEY=VALUE with KEY a PPOConfig field" in capsys.readouterr().err
