@@ -63,12 +63,13 @@ def config_changes(parser, items) -> dict:
 
     from jaxarena.algorithms import PPOConfig
 
-    fields = {f.name for f in dataclasses.fields(PPOConfig)}
+    # The benchmark sets these itself: Combination A, and the schedule from --total-steps.
+    fields = {f.name for f in dataclasses.fields(PPOConfig)} - {"combination", "total_timesteps"}
     changes = {}
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or key not in fields:
-            parser.error(f"--set {item!r}: not KEY=VALUE with KEY a PPOConfig field ({', '.join(sorted(fields))})")
+            parser.error(f"--set {item!r}: not KEY=VALUE with KEY one of {', '.join(sorted(fields))}")
         try:
             changes[key] = json.loads(raw)
         except json.JSONDecodeError:
