@@ -126,8 +126,8 @@ class PPOConfig:
             raise ValueError(f"activation must be 'tanh' or 'relu', got {self.activation!r}")
         if self.anneal_steps is not None:  # `--set anneal_steps=5e7` parses as a float
             object.__setattr__(self, "anneal_steps", int(self.anneal_steps))
-        if self.anneal_steps is not None and self.anneal_steps < 1:
-            raise ValueError(f"anneal_steps must be >= 1 or None (the whole run), got {self.anneal_steps}")
+            if self.anneal_steps < 1:
+                raise ValueError(f"anneal_steps must be >= 1 or None (the whole run), got {self.anneal_steps}")
         for name in ("num_envs", "num_steps", "update_epochs", "num_minibatches", "hidden", "tag_period_ticks"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -211,6 +211,21 @@ class PPOConfig:
         if name not in PRESETS:
             raise ValueError(f"preset must be one of {tuple(PRESETS)}, got {name!r}")
         return cls(**{**PRESETS[name], **changes})
+
+
+def field_changes(items, fields) -> dict[str, Any]:
+    """`KEY=VALUE` items, as `--set` takes them, as config changes: VALUE read as JSON (numbers, true/false,
+    lists), else kept as a string (e.g. activation=relu). Raises KeyError(KEY) for a KEY not in `fields`."""
+    changes = {}
+    for item in items:
+        key, _, raw = item.partition("=")
+        if key not in fields:
+            raise KeyError(key)
+        try:
+            changes[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            changes[key] = raw
+    return changes
 
 
 #: The fast recipe's fields (the rest are the defaults). On a CPU ~70% of the default

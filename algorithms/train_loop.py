@@ -19,7 +19,6 @@ writes the config, the metrics and the plot, and prints.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import shutil
@@ -37,7 +36,7 @@ from jaxarena.scenarios import SCENARIOS
 from jaxarena.types import BOT_TYPES
 
 from . import distributed
-from .config import PRESETS, PPOConfig
+from .config import PRESETS, PPOConfig, field_changes
 from .train_metrics import MetricsLog, host_metrics, plot_curves
 
 YNN_FLAG = "--xla_cpu_experimental_ynn_fusion_type="
@@ -91,14 +90,10 @@ def _config_from_args(args, base: PPOConfig | None) -> PPOConfig:
     if args.init_from is not None:
         changes["init_from"] = str(args.init_from)
     fields = cfg.to_dict()
-    for item in args.set:
-        key, _, raw = item.partition("=")
-        if key not in fields:
-            raise UserError(f"--set: unknown PPOConfig field {key!r}; fields: {sorted(fields)}")
-        try:
-            changes[key] = json.loads(raw)  # numbers, true/false, lists
-        except json.JSONDecodeError:
-            changes[key] = raw  # plain strings, e.g. activation=relu
+    try:
+        changes.update(field_changes(args.set, fields))
+    except KeyError as error:
+        raise UserError(f"--set: unknown PPOConfig field {error.args[0]!r}; fields: {sorted(fields)}") from None
     if base is not None:
         fixed = {k for k in changes if k not in ("total_timesteps",) and changes[k] != fields[k]}
         if fixed:

@@ -58,23 +58,21 @@ def parse(argv=None):
 
 
 def config_changes(parser, items) -> dict:
-    """`--set KEY=VALUE` items as PPOConfig changes (values read as JSON); an unknown field is a usage error."""
+    """`--set KEY=VALUE` items as PPOConfig changes (`field_changes`); a bare KEY or an unknown one is a usage error."""
     import dataclasses
 
     from jaxarena.algorithms import PPOConfig
+    from jaxarena.algorithms.config import field_changes
 
     # The benchmark sets these itself: Combination A, and the schedule from --total-steps.
     fields = {f.name for f in dataclasses.fields(PPOConfig)} - {"combination", "total_timesteps"}
-    changes = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or key not in fields:
-            parser.error(f"--set {item!r}: not KEY=VALUE with KEY one of {', '.join(sorted(fields))}")
-        try:
-            changes[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            changes[key] = raw  # a plain string, e.g. activation=relu
-    return changes
+    try:
+        bare = [item for item in items if "=" not in item]
+        if bare:
+            raise KeyError(bare[0])
+        return field_changes(items, fields)
+    except KeyError as error:
+        parser.error(f"--set {error.args[0]!r}: not KEY=VALUE with KEY one of {', '.join(sorted(fields))}")
 
 
 def smoke_args(args):

@@ -1,6 +1,9 @@
-"""Shared helpers: hand-built arena states and one-tick stepping."""
+"""Shared helpers: hand-built arena states, one-tick stepping, and scripts loaded from their files."""
 
 from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -9,6 +12,14 @@ import pytest
 
 import jaxarena
 from jaxarena.spawn import initial_state
+
+
+def load_script(path: Path, name: str):
+    """The script at `path` (run as a file, not installed as a module) as a module called `name`."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def build_state(params, npc_pos=None, bot_pos=None, **fields):

@@ -38,13 +38,9 @@ def _assert_one_line(prog: str, code: int, err: str, *words: str) -> None:
 
 def _script_main(name: str):
     """`main` of scripts/NAME.py, which is run as a file, not installed as a module."""
-    import importlib.util
+    from conftest import load_script
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"scripts_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
+    return load_script(Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py", f"scripts_{name}").main
 
 
 def _mains():

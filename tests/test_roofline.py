@@ -1,6 +1,5 @@
 """The roofline benchmark's cost analysis and its old-against-new harness, at a tiny size."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -8,16 +7,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "env_roofline.py"
 
 
 def _script(name: str = "env_roofline"):
     """The benchmark script `benchmarks/NAME.py` as a module."""
-    spec = importlib.util.spec_from_file_location(name, SCRIPT.parent / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT.parent / f"{name}.py", name)
 
 
 def test_step_cost_is_positive_and_per_env_step():

@@ -158,17 +158,10 @@ def test_a_horizon_past_the_run_trains_the_first_updates_of_a_run_that_long():
     assert max(jax.tree.leaves(moved)) > 0.0
 
 
-def _time_to_policy_script():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("time_to_policy", ROOT / "benchmarks" / "time_to_policy.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_time_to_policy_sets_config_fields_and_refuses_unknown_ones(capsys):
-    ttp = _time_to_policy_script()
+    from conftest import load_script
+
+    ttp = load_script(ROOT / "benchmarks" / "time_to_policy.py", "time_to_policy")
     args = ttp.parse(["--set", "ent_coef=0.03", "anneal_steps=5e7", "activation=relu"])
     assert args.changes == {"ent_coef": 0.03, "anneal_steps": 5e7, "activation": "relu"}
     assert PPOConfig.preset("fast", **args.changes).anneal_steps == 50_000_000
