@@ -215,12 +215,13 @@ class PPOConfig:
 
 def field_changes(items, fields) -> dict[str, Any]:
     """`KEY=VALUE` items, as `--set` takes them, as config changes: VALUE read as JSON (numbers, true/false,
-    lists), else kept as a string (e.g. activation=relu). Raises KeyError(KEY) for a KEY not in `fields`."""
+    lists), else kept as a string (e.g. activation=relu). Raises KeyError(item) for an item that is not KEY=VALUE
+    with KEY in `fields` (a bare KEY too: it would set the field to "")."""
     changes = {}
     for item in items:
-        key, _, raw = item.partition("=")
-        if key not in fields:
-            raise KeyError(key)
+        key, sep, raw = item.partition("=")
+        if not sep or key not in fields:
+            raise KeyError(item)
         try:
             changes[key] = json.loads(raw)
         except json.JSONDecodeError:

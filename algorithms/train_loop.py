@@ -93,7 +93,9 @@ def _config_from_args(args, base: PPOConfig | None) -> PPOConfig:
     try:
         changes.update(field_changes(args.set, fields))
     except KeyError as error:
-        raise UserError(f"--set: unknown PPOConfig field {error.args[0]!r}; fields: {sorted(fields)}") from None
+        key, sep, _ = error.args[0].partition("=")
+        problem = f"unknown PPOConfig field {key!r}" if sep else f"{key!r} is not KEY=VALUE"
+        raise UserError(f"--set: {problem}; fields: {sorted(fields)}") from None
     if base is not None:
         fixed = {k for k in changes if k not in ("total_timesteps",) and changes[k] != fields[k]}
         if fixed:

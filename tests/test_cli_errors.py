@@ -67,6 +67,7 @@ CASES = [
     ("jaxarena-evaluate", ["--bots", "nope"], ["unknown bot 'nope'", "choose from"], None),
     ("jaxarena-evaluate", ["--adapter", "no-such-adapter"], ["adapter 'no-such-adapter' not found"], ValueError),
     ("jaxarena-train", ["--set", "nope=1"], ["unknown PPOConfig field 'nope'"], UserError),
+    ("jaxarena-train", ["--set", "ent_coef"], ["'ent_coef' is not KEY=VALUE"], UserError),
     ("jaxarena-train", ["--num-envs", "0"], ["num_envs must be >= 1"], ValueError),
     ("jaxarena-train", ["--scenario", "moon"], ["invalid choice: 'moon'"], None),
     ("jaxarena-coder", ["--llm", "gguf:{tmp}/missing.gguf"], ["GGUF file not found"], OSError),
