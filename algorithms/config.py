@@ -62,6 +62,10 @@ class PPOConfig:
     # learned the evasive bot and then drifted back towards uniform play.
     ent_coef: float = 0.02
     ent_coef_end: float | None = 0.0  # None: constant; else linear anneal ent_coef -> this over the run
+    # None: the usual entropy bonus, ent_coef * H. A value H*: a two-sided pull, ent_coef * |H - H*|, that
+    # pays for entropy below H* and charges for it above: a squad whose entropy the bonus alone let
+    # drift up to uniform play cannot drift (docs/benchmarks.md, "Time to policy", measures it).
+    ent_target: float | None = None
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5
     lr: float = 3e-4
@@ -128,6 +132,8 @@ class PPOConfig:
             object.__setattr__(self, "anneal_steps", int(self.anneal_steps))
             if self.anneal_steps < 1:
                 raise ValueError(f"anneal_steps must be >= 1 or None (the whole run), got {self.anneal_steps}")
+        if self.ent_target is not None and not 0.0 <= self.ent_target:
+            raise ValueError(f"ent_target must be >= 0 (nats) or None, got {self.ent_target}")
         for name in ("num_envs", "num_steps", "update_epochs", "num_minibatches", "hidden", "tag_period_ticks"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -135,7 +135,9 @@ def ppo_loss(network: ActorCritic, config: PPOConfig, params, batch: Transition,
     actor_loss = -masked_mean(surrogate, mask)
     entropy = masked_mean(pi.entropy(), mask)
     ent_coef = config.ent_coef if ent_coef is None else ent_coef
-    total = actor_loss + config.vf_coef * v_loss - ent_coef * entropy
+    # With a target H*, -|H - H*| replaces H: the same push up below H*, and a push down above it.
+    ent_term = entropy if config.ent_target is None else -jnp.abs(entropy - config.ent_target)
+    total = actor_loss + config.vf_coef * v_loss - ent_coef * ent_term
     aux = {
         "value_loss": v_loss,
         "actor_loss": actor_loss,

@@ -165,3 +165,45 @@ def json_round_trip(d):
     import json
 
     return json.loads(json.dumps(d))
+
+
+def test_an_entropy_target_pulls_the_entropy_towards_it_from_either_side():
+    """`ent_target` H*: the entropy term is ent_coef * |H - H*|, so a step lowers H above H* and raises it below."""
+    from jaxarena.algorithms.config import PPOConfig
+    from jaxarena.algorithms.networks import ActorCritic
+    from jaxarena.algorithms.ppo import Transition, ppo_loss
+
+    net = ActorCritic(hidden=8)
+    obs = jax.random.uniform(jax.random.PRNGKey(2), (16, 23))
+    params = net.init(jax.random.PRNGKey(3), obs)
+    # A peaked policy, well below the uniform's ln 6: the policy head starts 100x smaller than the rest.
+    params = jax.tree_util.tree_map_with_path(lambda path, x: x * (300.0 if "actor_out" in str(path) else 1.0), params)
+    pi, value = net.apply(params, obs)
+    batch = Transition(
+        obs=obs,
+        action=jnp.zeros(16, jnp.int32),
+        log_prob=pi.log_prob(jnp.zeros(16, jnp.int32)),
+        value=value,
+        reward=jnp.zeros(16),
+        next_value=jnp.zeros(16),
+        cut=jnp.zeros(16, bool),
+        end=jnp.zeros(16, bool),
+        mask=jnp.ones(16, bool),
+    )
+    zero_adv = jnp.zeros(16)  # no policy-gradient signal and no value error: the entropy term alone
+
+    def entropy_of(p):
+        return float(jnp.mean(net.apply(p, obs)[0].entropy()))
+
+    h = entropy_of(params)
+    assert 0.1 < h < np.log(6) - 0.1
+    for target, direction in ((h - 0.05, -1.0), (h + 0.05, +1.0), (None, +1.0)):
+        cfg = PPOConfig(hidden=8, ent_coef=0.02, ent_target=target)
+        loss, aux = ppo_loss(net, cfg, params, batch, zero_adv, value)
+        expected = 0.02 * (abs(h - target) if target is not None else -h)
+        np.testing.assert_allclose(float(loss), expected, rtol=1e-4, atol=1e-7)
+        grads = jax.grad(lambda p, c=cfg: ppo_loss(net, c, p, batch, zero_adv, value)[0])(params)
+        stepped = jax.tree.map(lambda p, g: p - 1.0 * g, params, grads)
+        assert direction * (entropy_of(stepped) - h) > 0, (target, entropy_of(stepped), h)
+    with pytest.raises(ValueError, match="ent_target"):
+        PPOConfig(ent_target=-0.1)
