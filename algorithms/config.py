@@ -63,8 +63,9 @@ class PPOConfig:
     ent_coef: float = 0.02
     ent_coef_end: float | None = 0.0  # None: constant; else linear anneal ent_coef -> this over the run
     # None: the usual entropy bonus, ent_coef * H. A value H*: a two-sided pull, ent_coef * |H - H*|, that
-    # pays for entropy below H* and charges for it above: a squad whose entropy the bonus alone let
-    # drift up to uniform play cannot drift (docs/benchmarks.md, "Time to policy", measures it).
+    # pays for entropy below H* and charges for it above, so the entropy cannot drift up to uniform play
+    # as under the bonus alone. A squad can still lose the evasive bot at constant entropy
+    # (docs/benchmarks.md, "Time to policy").
     ent_target: float | None = None
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5

@@ -199,7 +199,7 @@ def test_an_entropy_target_pulls_the_entropy_towards_it_from_either_side():
     assert 0.1 < h < np.log(6) - 0.1
     for target, direction in ((h - 0.05, -1.0), (h + 0.05, +1.0), (None, +1.0)):
         cfg = PPOConfig(hidden=8, ent_coef=0.02, ent_target=target)
-        loss, aux = ppo_loss(net, cfg, params, batch, zero_adv, value)
+        loss, _ = ppo_loss(net, cfg, params, batch, zero_adv, value)
         expected = 0.02 * (abs(h - target) if target is not None else -h)
         np.testing.assert_allclose(float(loss), expected, rtol=1e-4, atol=1e-7)
         grads = jax.grad(lambda p, c=cfg: ppo_loss(net, c, p, batch, zero_adv, value)[0])(params)
