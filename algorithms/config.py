@@ -67,6 +67,10 @@ class PPOConfig:
     # as under the bonus alone. A squad can still lose the evasive bot at constant entropy
     # (docs/benchmarks.md, "Time to policy").
     ent_target: float | None = None
+    # False: a timeout (truncation) bootstraps from V(final_obs), as the time limit is not in the
+    # observation. True: a timeout is terminal and worth 0, so letting the clock run out costs the
+    # squad its bootstrapped value.
+    timeout_is_terminal: bool = False
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5
     lr: float = 3e-4

@@ -268,7 +268,9 @@ def make_trainer(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Trainer
             # rollout by V(next obs), which already carries a redrawn tag.
             final_value = network.apply(train_state.params, info["final_obs"], method=ActorCritic.value)
             alive_after = info["final_obs"][..., OWN_HP] > 0.0
-            terminated = jnp.broadcast_to(info["terminated"][:, None], alive_after.shape)
+            # A timeout bootstraps from V(final_obs) unless `timeout_is_terminal` makes it worth 0.
+            no_bootstrap = done if config.timeout_is_terminal else info["terminated"]
+            terminated = jnp.broadcast_to(no_bootstrap[:, None], alive_after.shape)
             died = ~alive_after
             transition = Transition(
                 obs=obs,

@@ -158,6 +158,31 @@ def test_load_policy_jitted_single_and_batched(tiny, tmp_path):
         load_policy(tmp_path / "nowhere")
 
 
+@pytest.mark.slow  # ~20 s on 2 cores: four small programs to compile
+def test_timeout_is_terminal_changes_the_update_only_when_a_timeout_falls_in_the_rollout():
+    """A timeout bootstraps from V(final_obs) by default; `timeout_is_terminal` makes it worth 0.
+
+    On `raid` an episode times out after 480 ticks. A 484-tick rollout holds a timeout in every
+    arena that was not decided earlier, so the two settings must give different parameters; a 16-tick
+    rollout holds none, so they must give the same ones, bit for bit.
+    """
+    base = TINY.replace(combination="A", scenario="raid", bots=("evasive",), num_envs=2, update_epochs=1)
+
+    def one_update(num_steps, timeout_is_terminal):
+        config = base.replace(
+            num_steps=num_steps, total_timesteps=2 * num_steps, timeout_is_terminal=timeout_is_terminal
+        )
+        trainer = make_trainer(config, mesh=None)
+        runner, metrics = jax.jit(trainer.run_updates, static_argnums=1)(trainer.init(jax.random.PRNGKey(0)), 1)
+        return runner.train_state.params, metrics
+
+    (bootstrapped, m), (terminal, _) = one_update(484, False), one_update(484, True)
+    assert int(m["timeouts"][0]) > 0, "no timeout in the long rollout: the test would prove nothing"
+    with pytest.raises(AssertionError):
+        chex.assert_trees_all_equal(bootstrapped, terminal)
+    chex.assert_trees_all_equal(one_update(16, False)[0], one_update(16, True)[0])
+
+
 @pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_tiny_training_run_learns():
     """A seeded ~100k-step Combination A run vs the aggressive bot: the return rises.
