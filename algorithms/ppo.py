@@ -270,7 +270,6 @@ def make_trainer(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Trainer
             alive_after = info["final_obs"][..., OWN_HP] > 0.0
             # A timeout bootstraps from V(final_obs) unless `timeout_is_terminal` makes it worth 0.
             no_bootstrap = done if config.timeout_is_terminal else info["terminated"]
-            terminated = jnp.broadcast_to(no_bootstrap[:, None], alive_after.shape)
             died = ~alive_after
             transition = Transition(
                 obs=obs,
@@ -279,7 +278,7 @@ def make_trainer(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Trainer
                 value=value,
                 reward=reward,
                 next_value=final_value,
-                cut=terminated | died,
+                cut=jnp.broadcast_to(no_bootstrap[:, None], died.shape) | died,
                 end=jnp.broadcast_to(done[:, None], died.shape) | died,
                 mask=info["alive"],
             )
