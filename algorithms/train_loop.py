@@ -49,7 +49,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--preset",
         choices=tuple(PRESETS),
         default=None,
-        help="PPO recipe: default (the shipped one) or fast (docs/training.md); other options override it",
+        help="PPO recipe: default (the shipped one), fast or fast_evasive (docs/training.md); options override it",
     )
     p.add_argument("--total-steps", type=float, default=None, help="env steps (arena ticks), e.g. 2e7")
     p.add_argument("--out", required=True, help="run directory (config, checkpoints, metrics, plot)")

@@ -147,11 +147,11 @@ STEPS = (
         60,
         train_headline,
     ),
-    # Both presets from scratch do not fit the window: the fast one, capped, with its learning curve.
+    # Both presets from scratch do not fit the window: the new one, capped, with its learning curve.
     Step(
         "time_to_policy",
         "time_to_policy.py",
-        ["--presets", "fast", "--max-minutes", "1"],
+        ["--presets", "fast_evasive", "--max-minutes", "1"],
         ["--smoke"],
         100,
         ttp_headline,

@@ -35,7 +35,16 @@ def test_the_default_preset_is_the_shipped_recipe_and_fast_differs_only_where_na
     assert PPOConfig.from_dict(json.loads(fast.to_json())) == fast
     with pytest.raises(ValueError, match="preset must be one of"):
         PPOConfig.preset("fastest")
-    assert set(PRESETS["default"]) == set(FAST_RECIPE)
+    # Every preset spells out the same fields, so resuming with another preset is refused.
+    assert all(set(recipe) == set(PRESETS["default"]) for recipe in PRESETS.values())
+    assert set(FAST_RECIPE) < set(PRESETS["default"])
+
+
+def test_the_fast_evasive_preset_is_the_fast_recipe_against_the_evasive_bot_alone():
+    drill = PPOConfig.preset("fast_evasive")
+    assert drill.bots == ("evasive",)
+    assert drill.replace(bots=PPOConfig().bots) == PPOConfig.fast()
+    assert PPOConfig.from_dict(json.loads(drill.to_json())) == drill
 
 
 def test_the_fast_preset_trains():
@@ -72,7 +81,7 @@ def test_the_fast_preset_round_trips_through_the_cli_run_config_and_resume(tmp_p
 
 
 @pytest.mark.slow  # compiles both presets' update programs and an episode runner in a subprocess
-def test_time_to_policy_smoke_mode_reports_both_recipes(tmp_path):
+def test_time_to_policy_smoke_mode_reports_the_old_and_the_new_recipe(tmp_path):
     script = ROOT / "benchmarks" / "time_to_policy.py"
     proc = subprocess.run(
         [sys.executable, str(script), "--smoke", "--out", str(tmp_path), "--set", "anneal_steps=1e6"],
@@ -83,16 +92,16 @@ def test_time_to_policy_smoke_mode_reports_both_recipes(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     summary = lines[-1]["summary"]
-    assert {"default", "fast", "speedup", "seeds", "load_before", "load_after"} <= set(summary)
-    for preset in ("default", "fast"):
+    assert {"default", "fast_evasive", "speedup", "speedup_at_least", "seeds", "load_before"} <= set(summary)
+    for preset in ("default", "fast_evasive"):
         assert summary[preset]["time_to_policy_s"] > 0  # the smoke bars are 0: the first full check passes
         assert summary[preset]["passed"] == "1/1"
-    assert summary["speedup"] > 0
+    assert summary["speedup"] > 0 and summary["speedup_at_least"] == summary["speedup"]  # the same seeds passed
     points = lines[:-1]
-    assert {p["preset"] for p in points} == {"default", "fast"}
+    assert {p["preset"] for p in points} == {"default", "fast_evasive"}
     for p in points:
         assert {"env_steps", "train_s", "eval_s", "win_balanced", "win_evasive", "kind", "load1"} <= set(p)
-        assert 0.0 <= p["win_balanced"] <= 1.0 and 0.0 <= p["win_evasive"] <= 1.0
+        assert all(0.0 <= p[f"win_{bot}"] <= 1.0 for bot in ("aggressive", "balanced", "evasive"))
     assert len((tmp_path / "curve.jsonl").read_text().splitlines()) == len(points)
 
 
@@ -170,3 +179,35 @@ def test_time_to_policy_sets_config_fields_and_refuses_unknown_ones(capsys):
             ttp.parse(["--set", bad])
         assert exit_info.value.code == 2
         assert "not KEY=VALUE with KEY one of" in capsys.readouterr().err
+
+
+def test_time_to_policy_speedup_is_exact_on_the_same_seeds_and_a_lower_bound_where_old_failed_some():
+    from types import SimpleNamespace
+
+    from conftest import load_script
+
+    ttp = load_script(ROOT / "benchmarks" / "time_to_policy.py", "time_to_policy")
+
+    def run(preset, seed, passed, seconds):  # a finished run: train_s is its time-to-policy where it passed
+        ttp_s = seconds if passed else None
+        return SimpleNamespace(
+            preset=preset, seed=seed, result={"passed": passed, "time_to_policy_s": ttp_s, "train_s": seconds}
+        )
+
+    both = [
+        run("old", 0, True, 300.0),
+        run("new", 0, True, 60.0),
+        run("old", 1, True, 100.0),
+        run("new", 1, True, 40.0),
+    ]
+    assert ttp.speedups(both, "old", "new") == (4.0, 4.0)  # (300 + 100) / (60 + 40)
+    # Old ran 330 s on seed 1 without passing: its time-to-policy there is above 330 s.
+    some = [*both[:3], run("new", 1, True, 40.0)]
+    some[2] = run("old", 1, False, 330.0)
+    assert ttp.speedups(some, "old", "new") == (None, 6.3)  # (300 + 330) / (60 + 40)
+    # A seed both failed counts for neither: the same seeds passed, so the ratio is exact.
+    some[3] = run("new", 1, False, 500.0)
+    assert ttp.speedups(some, "old", "new") == (5.0, 5.0)
+    # Old passing a seed new failed leaves no bound.
+    assert ttp.speedups([*both[:3], run("new", 1, False, 500.0)], "old", "new") == (None, None)
+    assert ttp.speedups([run("old", 0, True, 9.0), run("new", 0, False, 9.0)], "old", "new") == (None, None)
