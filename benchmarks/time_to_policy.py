@@ -274,8 +274,7 @@ def speedups(runs: list[Run], old: str, new: str) -> tuple[float | None, float |
     seeds), and a lower bound where old passed only some of new's seeds, charging old the time it trained
     without passing (None where old passed a seed new did not)."""
     by_seed = {(r.preset, r.seed): r.result for r in runs}
-    seeds = sorted({s for p, s in by_seed})
-    passed = {p: {s for s in seeds if by_seed[(p, s)]["passed"]} for p in (old, new)}
+    passed = {p: {r.seed for r in runs if r.preset == p and r.result["passed"]} for p in (old, new)}
     if not passed[new] or not passed[old] <= passed[new]:
         return None, None
 

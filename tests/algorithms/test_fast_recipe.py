@@ -202,8 +202,7 @@ def test_time_to_policy_speedup_is_exact_on_the_same_seeds_and_a_lower_bound_whe
     ]
     assert ttp.speedups(both, "old", "new") == (4.0, 4.0)  # (300 + 100) / (60 + 40)
     # Old ran 330 s on seed 1 without passing: its time-to-policy there is above 330 s.
-    some = [*both[:3], run("new", 1, True, 40.0)]
-    some[2] = run("old", 1, False, 330.0)
+    some = [both[0], both[1], run("old", 1, False, 330.0), both[3]]
     assert ttp.speedups(some, "old", "new") == (None, 6.3)  # (300 + 330) / (60 + 40)
     # A seed both failed counts for neither: the same seeds passed, so the ratio is exact.
     some[3] = run("new", 1, False, 500.0)
