@@ -16,7 +16,9 @@
    the same shapes (bots, collisions, orbs, observation, reward, the auto-reset's
    draw), timed alternately with the full step; a part's share is the time it
    saves.
-5. `--baseline-ref GITREF`: that commit's arena against this tree's, each in its
+5. `--batched`: the same for `jaxarena.BatchedArena.step` (the arena's rules over arrays of
+   arenas, batch last), without the profile, whose stand-ins replace the vmapped step's parts.
+6. `--baseline-ref GITREF`: that commit's arena against this tree's, each in its
    own worker process (the commit exported with `git archive`, first on the
    worker's PYTHONPATH; each worker prints which `jaxarena` it imported), timed
    in alternating rounds by the same harness, so load hits both alike.
@@ -45,7 +47,7 @@ import jax.numpy as jnp
 import jaxarena
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from env_throughput import reset_and_roll  # noqa: E402
+from env_throughput import batched_reset_and_roll, reset_and_roll  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -54,20 +56,23 @@ def make_arena(bot: str = "balanced"):
     return jaxarena.make("Arena-v0", bot=bot)
 
 
-def rollout_fn(n: int, steps: int, bot: str = "balanced"):
+def rollout_fn(n: int, steps: int, bot: str = "balanced", batched: bool = False):
     """Jitted key -> checksum: `steps` ticks of `n` auto-resetting arenas, as `smax_ratio.py` runs them."""
-    return reset_and_roll(*make_arena(bot), n, steps)
+    return (batched_reset_and_roll if batched else reset_and_roll)(*make_arena(bot), n, steps)
 
 
-def step_cost(n: int, bot: str = "balanced") -> dict:
-    """XLA's cost analysis of one vmapped step over `n` arenas, per env-step."""
+def step_cost(n: int, bot: str = "balanced", batched: bool = False) -> dict:
+    """XLA's cost analysis of one vmapped (or batched) step over `n` arenas, per env-step."""
     env, params = make_arena(bot)
     keys = jax.random.split(jax.random.key(0), n)
     _, state = jax.vmap(env.reset, in_axes=(0, None))(keys, params)
     actions = jnp.zeros((n, jaxarena.NUM_NPCS), jnp.int32)
+    step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+    if batched:
+        step, state = jaxarena.BatchedArena(env).step, jaxarena.batched.batch_last(state)
 
     def one(keys, state, actions):
-        obs, state, reward, done, info = jax.vmap(env.step, in_axes=(0, 0, 0, None))(keys, state, actions, params)
+        obs, state, reward, done, info = step(keys, state, actions, params)
         return obs, state, reward, done, info["final_obs"]
 
     cost = jax.jit(one).lower(keys, state, actions).compile().cost_analysis()
@@ -310,6 +315,7 @@ def main(argv=None) -> int:
     p.add_argument("--matmul", type=int, default=2048, help="side of the peak-flops matmul")
     p.add_argument("--copy-mib", type=int, default=256, help="MiB of the peak-bytes copy")
     p.add_argument("--no-profile", action="store_true", help="skip the per-part ablation")
+    p.add_argument("--batched", action="store_true", help="measure jaxarena.BatchedArena's step (no profile)")
     p.add_argument("--baseline-ref", help="git ref whose arena to time against this tree's")
     p.add_argument("--keep-xla-flags", action="store_true", help="leave XLA's YNNPACK fusions on")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -321,12 +327,12 @@ def main(argv=None) -> int:
     flops_peak, bytes_peak, cache_peak = peak_flops(args.matmul), peak_bytes(args.copy_mib), peak_cache_bytes()
     peaks = {"flops_per_s": flops_peak, "bytes_per_s": bytes_peak, "cache_bytes_per_s": cache_peak}
     print(json.dumps({"bench": "env_roofline_peak", "matmul": args.matmul, "copy_mib": args.copy_mib} | peaks))
-    cost = step_cost(args.n, args.bot)
+    cost = step_cost(args.n, args.bot, args.batched)
     print(json.dumps({"bench": "env_roofline_cost", "n": args.n} | cost), flush=True)
-    fn = rollout_fn(args.n, args.steps, args.bot)
+    fn = rollout_fn(args.n, args.steps, args.bot, args.batched)
     jax.block_until_ready(fn(jax.random.key(0)))
     steps_per_s = statistics.median(rate(fn, args.n, args.steps, r + 1) for r in range(args.rounds))
-    summary = {"bench": "env_roofline", "n": args.n, "steps": args.steps, "bot": args.bot}
+    summary = {"bench": "env_roofline", "n": args.n, "steps": args.steps, "bot": args.bot, "batched": args.batched}
     summary["env_steps_per_s"] = round(steps_per_s)
     summary |= {
         "flops_fraction": round(cost["flops_per_step"] * steps_per_s / flops_peak, 5),
@@ -340,7 +346,7 @@ def main(argv=None) -> int:
         "flops_per_step": round(cost["flops_per_step"], 1),
         "bytes_per_step": round(cost["bytes_per_step"], 1),
     }
-    if not args.no_profile:
+    if not (args.no_profile or args.batched):
         parts = profile(args.n, args.steps, args.rounds, args.bot)
         summary["profile_share"] = {line["part"]: line["share"] for line in parts}
     if args.baseline_ref:

@@ -63,6 +63,23 @@ def reset_and_roll(env, params, n: int, steps: int):
     return jax.jit(run)
 
 
+def batched_reset_and_roll(env, params, n: int, steps: int):
+    """`reset_and_roll` with `jaxarena.BatchedArena` in place of the vmapped step (the same outputs consumed)."""
+    batched = jaxarena.BatchedArena(env)
+
+    def run(key):
+        keys = jax.random.split(key, n)
+        _, state = batched.reset(keys, params)
+
+        def body(state, t):
+            obs, state, reward, done, info = batched.step(keys, state, random_actions(t, n), params)
+            return state, jnp.sum(obs) + jnp.sum(info["final_obs"]) + jnp.sum(reward) + jnp.sum(done)
+
+        return jax.lax.scan(body, state, jnp.arange(steps))[1]
+
+    return jax.jit(run)
+
+
 def make_rollout(env, params, n_envs: int, n_steps: int):
     step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
 

@@ -3,13 +3,17 @@
     pip install --no-deps jaxmarl==0.2.0 jaxtyping wadler-lindig   # not a jaxarena dependency
     python benchmarks/smax_ratio.py [--n 16384] [--steps 200] [--rounds 3] [--map 5v1]
 
-Both sides run the same harness: a jitted `lax.scan` of the vmapped, auto-resetting `step` over
+Both sides run the same harness: a jitted `lax.scan` of the batched, auto-resetting `step` over
 `--n` environments, actions uniform over each env's action count from the same counter hash as
 `env_throughput.py`, compiled first, then timed with `block_until_ready`. SMAX plays
 `HeuristicEnemySMAX` (its scripted enemy, as our bot is scripted) on `--map`: "5v1", five
 marines against one (the arena's 5-vs-1), or any SMAX map name ("3m", "5m_vs_6m", ...). Rounds
 alternate which env runs first, so a noisy machine slows both alike; the ratios are medians of the
 per-round ratios.
+
+The arena runs both ways: `jaxarena.BatchedArena` ("arena", the summary's `env_step_ratio_median`
+and `game_s_ratio_median`), its fastest step, and the plain `jax.vmap(env.step)` ("arena_vmap",
+`vmap_env_step_ratio_median`).
 
 Two units, because the envs' steps differ: an env-step is what an RL loop counts (the arena's is
 one 0.1 s tick; SMAX's is 8 world sub-steps of 1/16 s, 0.5 s of game time), and game-seconds per
@@ -36,12 +40,13 @@ import jax.numpy as jnp
 import jaxarena
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from env_throughput import reset_and_roll, uniform_actions  # noqa: E402
+from env_throughput import batched_reset_and_roll, reset_and_roll, uniform_actions  # noqa: E402
 
 
-def arena_rollout(n: int, steps: int):
+def arena_rollout(n: int, steps: int, batched: bool):
     env, params = jaxarena.make("Arena-v0", bot="balanced")
-    return reset_and_roll(env, params, n, steps), float(params.dt)
+    roll = batched_reset_and_roll if batched else reset_and_roll
+    return roll(env, params, n, steps), float(params.dt)
 
 
 def smax_rollout(n: int, steps: int, map_name: str):
@@ -92,14 +97,19 @@ def main(argv=None) -> int:
         raise SystemExit(f"needs JaxMARL ({exc}); see this script's docstring for the install line") from None
 
     key = jax.random.key(0)
-    envs = {"arena": arena_rollout(args.n, args.steps), "smax": smax_rollout(args.n, args.steps, args.map)}
+    envs = {
+        "arena": arena_rollout(args.n, args.steps, batched=True),
+        "arena_vmap": arena_rollout(args.n, args.steps, batched=False),
+        "smax": smax_rollout(args.n, args.steps, args.map),
+    }
     first_s = {name: timed(fn, key) for name, (fn, _) in envs.items()}  # compile + one run
-    step_ratios, game_ratios = [], []
+    step_ratios, game_ratios, vmap_ratios = [], [], []
     for r in range(args.rounds):
-        order = list(envs) if r % 2 == 0 else list(envs)[::-1]
+        order = list(envs) if r % 2 == 0 else list(envs)[::-1]  # alternate which runs first
         rate = {name: args.n * args.steps / timed(envs[name][0], jax.random.fold_in(key, r + 1)) for name in order}
         game = {name: rate[name] * envs[name][1] for name in envs}
         step_ratios.append(rate["arena"] / rate["smax"])
+        vmap_ratios.append(rate["arena_vmap"] / rate["smax"])
         game_ratios.append(game["arena"] / game["smax"])
         line = {"bench": "smax_ratio", "round": r, "n": args.n, "map": args.map}
         line |= {f"{k}_env_steps_per_s": round(v) for k, v in rate.items()}
@@ -111,6 +121,7 @@ def main(argv=None) -> int:
     summary |= {
         "env_step_ratio_median": round(statistics.median(step_ratios), 2),
         "game_s_ratio_median": round(statistics.median(game_ratios), 2),
+        "vmap_env_step_ratio_median": round(statistics.median(vmap_ratios), 2),
     }
     summary |= {"first_call_s": {k: round(v, 1) for k, v in first_s.items()}, "devices": str(jax.devices())}
     print(json.dumps(summary), flush=True)

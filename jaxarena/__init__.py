@@ -40,6 +40,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "ARENA_IDS": "registry",
     "Arena": "env",
+    "BatchedArena": "batched",
     "EnvParams": "types",
     "EnvState": "types",
     "OBS_SIZE": "types",
@@ -54,6 +55,7 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
+    from .batched import BatchedArena
     from .env import Arena
     from .observe import llm_features
     from .registry import ARENA_IDS, REGISTERED_IDS, make, make_jaxmarl
@@ -66,6 +68,8 @@ if TYPE_CHECKING:
 # Submodules reachable as attributes (`jaxarena.wrappers.LogWrapper`) without an explicit import.
 _SUBMODULES = (
     "analysis",
+    "batched",
+    "batched_rules",
     "bot_arena",
     "bots",
     "checks",
@@ -121,6 +125,7 @@ __all__ = [
     "TAGS",
     "TAG_NAMES",
     "Arena",
+    "BatchedArena",
     "EnvParams",
     "EnvState",
     "bot_index",

@@ -167,15 +167,10 @@ class Arena:
         # Salting the draw with the episode count keeps episodes distinct even
         # when a caller (wrongly) reuses one key for every step.
         fresh = initial_state(key, params, salt=state.episode + 1).replace(episode=state.episode + 1, tag=state.tag)
-        next_state = jax.tree.map(lambda a, b: jnp.where(done, a, b), fresh, stepped)
-        info.update(
-            outcome=jnp.where(done, outcome_of(stepped), RUNNING),
-            episode_time=stepped.t.astype(jnp.float32) * params.dt,
-            terminated=terminated,
-            truncated=truncated,
-            final_obs=self.observe(stepped, params),
+        obs, next_state = auto_reset(
+            done, fresh, stepped, terminated, truncated, info, params, self.observe, outcome_of
         )
-        return self.observe(next_state, params), next_state, reward, done, info
+        return obs, next_state, reward, done, info
 
     def observe(self, state: EnvState, params: EnvParams | None = None) -> jax.Array:
         """The (5, obs_size) observation of `state`."""
@@ -318,6 +313,23 @@ class Arena:
             "bot_mode": bot.mode,
         }
         return stepped, reward.astype(jnp.float32), terminated, truncated, info
+
+
+def auto_reset(done, fresh, stepped, terminated, truncated, info, params, observe_fn, outcome_fn):
+    """`fresh` where the episode is `done`, else `stepped`; `info` gains the finished episode's record.
+
+    Shared by `Arena.step` and `BatchedArena.step`, which pass their own observation and outcome
+    functions (and state layouts). Returns (observation of the next state, next state).
+    """
+    next_state = jax.tree.map(lambda a, b: jnp.where(done, a, b), fresh, stepped)
+    info.update(
+        outcome=jnp.where(done, outcome_fn(stepped), RUNNING),
+        episode_time=stepped.t.astype(jnp.float32) * params.dt,
+        terminated=terminated,
+        truncated=truncated,
+        final_obs=observe_fn(stepped, params),
+    )
+    return observe_fn(next_state, params), next_state
 
 
 def move_units(state: EnvState, act: jax.Array, bot_move: jax.Array, params: EnvParams) -> tuple[jax.Array, jax.Array]:

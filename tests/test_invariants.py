@@ -1,7 +1,8 @@
 """Invariants over long random rollouts, through the public auto-resetting `step`.
 
 One jitted program vmaps over keys *and* over params (all three bot types at
-once), then every tick is checked on the host.
+once), then every tick is checked on the host. The same checks run on
+`BatchedArena.step`, which plays the same rules over arrays of arenas.
 """
 
 from __future__ import annotations
@@ -12,15 +13,18 @@ import numpy as np
 import pytest
 
 import jaxarena
+from jaxarena.batched import batch_first, batch_last
 from jaxarena.types import BOT_WIN, NPC_WIN, TIMEOUT
 
 
-def rollout(n_envs: int, n_ticks: int, seed: int):
+def rollout(n_envs: int, n_ticks: int, seed: int, batched: bool = False):
     env, base = jaxarena.make("Arena-v0")
     bot_types = jnp.arange(n_envs) % 3
     params = jax.vmap(lambda b: base.replace(bot_type=b))(bot_types)
-    step = jax.vmap(env.step)
-    reset = jax.vmap(env.reset)
+    step, reset, layout = jax.vmap(env.step), jax.vmap(env.reset), lambda state: state
+    if batched:  # per-arena params and the state carry the batch last; the checks read it first
+        arena, params = jaxarena.BatchedArena(env), batch_last(params)
+        step, reset, layout = arena.step, arena.reset, batch_first
 
     # Even envs press the attack, odd ones mostly dodge: with bot types
     # cycling through 3, every pairing occurs and every outcome happens.
@@ -37,7 +41,7 @@ def rollout(n_envs: int, n_ticks: int, seed: int):
             act = jax.random.categorical(k_act, logits[:, None, :], shape=(n_envs, 5))
             _, nxt, reward, done, info = step(jax.random.split(k_step, n_envs), state, act, params)
             info = {k: v for k, v in info.items() if k != "final_obs"}
-            return nxt, (state, nxt, reward, done, info)
+            return nxt, (layout(state), layout(nxt), reward, done, info)
 
         return jax.lax.scan(tick, state, jax.random.split(key, n_ticks))[1]
 
@@ -51,8 +55,8 @@ def windows(x: np.ndarray, width: int) -> np.ndarray:
     return c[width:] - c[:-width]
 
 
-def check_invariants(n_envs: int, n_ticks: int, seed: int):
-    p, before, after, reward, done, info = rollout(n_envs, n_ticks, seed)
+def check_invariants(n_envs: int, n_ticks: int, seed: int, batched: bool = False):
+    p, before, after, reward, done, info = rollout(n_envs, n_ticks, seed, batched)
     going = ~done  # ticks that did not end an episode (after = a plain successor)
 
     # HP never rises within an episode and never drops below zero.
@@ -109,8 +113,9 @@ def check_invariants(n_envs: int, n_ticks: int, seed: int):
     return outcome[done]
 
 
-def test_invariants_over_random_rollouts_of_all_bots():
-    outcomes = check_invariants(n_envs=24, n_ticks=1500, seed=0)
+@pytest.mark.parametrize("batched", [False, True], ids=["vmap", "batched"])
+def test_invariants_over_random_rollouts_of_all_bots(batched):
+    outcomes = check_invariants(n_envs=24, n_ticks=1500, seed=0, batched=batched)
     # The rollout must have exercised every way an episode can end.
     assert set(np.unique(outcomes)) == {NPC_WIN, BOT_WIN, TIMEOUT}
 
