@@ -5,7 +5,8 @@ axis, where the vmapped step runs each fused loop over one arena's short axes (d
 "The step's roofline"). This script
 
 * compares both tick by tick from one reset (`--check-ticks`): the first tick that differs in
-  any bit, and the largest difference of the state and the outputs up to then;
+  any bit, the largest difference of the state and the outputs over all the ticks, and whether
+  every tick's outcomes agree;
 * times both in one process, alternating rounds, on the harness of `env_throughput.py` (a jitted
   `lax.scan`, random actions, everything a learner reads consumed);
 * with `--outcome-steps T`, plays both T ticks from the same keys and counts the episodes' outcomes.
@@ -60,7 +61,7 @@ def programs(env, params, n: int, steps: int) -> dict:
 
 
 def compare_ticks(env, params, n: int, ticks: int, key) -> dict:
-    """From one reset: the first tick whose state or outputs differ in any bit, and the largest difference."""
+    """From one reset: the first tick whose state or outputs differ in any bit, and the largest difference over all."""
     keys = jax.random.split(key, n)
     _, ref = jax.vmap(env.reset, in_axes=(0, None))(keys, params)
     mine = batch_last(ref)

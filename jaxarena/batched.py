@@ -2,7 +2,7 @@
 
 `jax.vmap(env.step)` runs each of the step's fused loops over one arena's short axes (x/z, five
 NPCs, five boxes), which XLA:CPU does not vectorise. `BatchedArena.step` plays the same rules
-with every loop over the N arenas, 2.0-2.5x faster on a CPU (docs/benchmarks.md, "The step's
+with every loop over the N arenas, 1.6-2.4x faster on a CPU (docs/benchmarks.md, "The step's
 roofline"). It takes and returns what the vmapped step does (keys (N,), actions (N, 5); obs
 (N, 5, 23), reward (N, 5), done (N,), info) except the state, whose leaves carry the batch last:
 `batch_first` and `batch_last` convert. Float order differs from `Arena.step` in the last bits
@@ -63,20 +63,28 @@ class BatchedArena:
     def __init__(self, env: Arena | None = None):
         env = Arena() if env is None else env
         if env.observe_facing or env.observe_formation:
-            raise ValueError(f"BatchedArena plays Arena-v0's observation; {env.env_id} is not supported")
+            raise ValueError(
+                f"BatchedArena plays Arena-v0's observation; {env.env_id} is not supported: use jax.vmap(env.step)"
+            )
         self.env = env
         self.num_agents, self.num_actions, self.obs_size = env.num_agents, env.num_actions, env.obs_size
 
     def _params(self, params: EnvParams | None) -> EnvParams:
         params = self.env.default_params if params is None else params
         if params.bot_weights is not None:
-            raise ValueError("BatchedArena plays the scripted bots; the learned bot needs Arena.step")
+            raise ValueError("BatchedArena plays the scripted bots: use jax.vmap(env.step) for the learned bot")
+        boxes = jnp.shape(params.boxes)
+        if len(boxes) not in (2, 3) or boxes[1] != 4:
+            raise ValueError(
+                f"params.boxes must be (K, 4), or (K, 4, N) for per-arena params, got {boxes}: "
+                "pass jaxarena.batched.batch_last(params) for params vmapped batch-first"
+            )
         for name, value, limit in (
             ("bot_type", params.bot_type, BOT_LEARNED),
             ("shaping_recipe", params.shaping_recipe, 1),
         ):
             if isinstance(value, jax.core.Tracer):
-                continue  # a traced field cannot be checked without a host round trip
+                continue  # checked in the step instead: such an arena's reward is NaN (see `step_env`)
             top = int(np.max(np.asarray(value)))
             if top >= limit:
                 raise ValueError(
@@ -85,17 +93,31 @@ class BatchedArena:
                 )
         return params
 
+    @staticmethod
+    def _keys(keys) -> jax.Array:
+        keys = jnp.asarray(keys)
+        typed = jnp.issubdtype(keys.dtype, jax.dtypes.prng_key)
+        if not (typed and keys.ndim == 1) and not (keys.dtype == jnp.uint32 and keys.ndim == 2):
+            raise TypeError(f"keys must be N PRNG keys, jax.random.split(key, N), got {keys.dtype}{list(keys.shape)}")
+        return keys
+
     def reset(self, keys: jax.Array, params: EnvParams | None = None):
         """N fresh episodes, as `jax.vmap(env.reset)` draws them: (obs (N, 5, 23), batch-last state)."""
-        params = self._params(params)
+        params, keys = self._params(params), self._keys(keys)
         state = initial_state(keys, params, jnp.zeros(keys.shape[:1], jnp.int32))
         return observe(state, params), state
 
     def step(self, keys: jax.Array, state: EnvState, actions: jax.Array, params: EnvParams | None = None):
         """One tick of every arena with auto-reset: as `jax.vmap(env.step)`, the state batch-last."""
-        params = self._params(params)
-        if actions.ndim != 2 or actions.shape[1] != NUM_NPCS:
-            raise ValueError(f"actions must have shape (N, {NUM_NPCS}), got {actions.shape}")
+        params, keys, actions = self._params(params), self._keys(keys), jnp.asarray(actions)
+        n = state.t.shape[-1]
+        if actions.shape != (n, NUM_NPCS) or keys.shape[0] != n:
+            raise ValueError(
+                f"a state of {n} arenas needs actions of shape ({n}, {NUM_NPCS}) and {n} keys, "
+                f"got actions {actions.shape} and {keys.shape[0]} keys"
+            )
+        if not jnp.issubdtype(actions.dtype, jnp.integer):
+            raise TypeError(f"actions must be integers in 0..{self.num_actions - 1}, got dtype {actions.dtype}")
         stepped, reward, terminated, truncated, info = step_env(state, actions.T.astype(jnp.int32), params)
         # A reduction (see rules.keep): else XLA recomputes the whole tick in every field's select.
         (done,) = rules.keep(terminated | truncated)
@@ -182,6 +204,10 @@ def step_env(s: EnvState, act: jax.Array, params: EnvParams):
     shaped = [
         rules.paper_shaping(s.tag, new_x[i], new_z[i], nbx, nbz, fx, fz, params) * (npc_hp[i] > 0.0) for i in NPCS
     ]
+    # A traced bot_type or shaping_recipe that these rules do not play cannot be refused at trace
+    # time (`BatchedArena._params` refuses concrete ones): such an arena's reward is NaN, not wrong.
+    unsupported = (jnp.asarray(params.bot_type) >= BOT_LEARNED) | (jnp.asarray(params.shaping_recipe) != 0)
+    team = jnp.where(unsupported, jnp.nan, team)
     reward = jnp.stack([team + params.shaping_weight * shaped[i] for i in NPCS], axis=-1)
     info = {
         "alive": jnp.stack(alive, axis=-1),

@@ -137,7 +137,7 @@ def evasive_move(bx, bz, nx, nz, alive, params):
 
 
 def scripted_bot(s, nx, nz, alive, params):
-    """`bots.scripted_bot`: (move x, move z, attack, target, distance, mode, phase ticks)."""
+    """`bots.scripted_bot`: (move x, move z, attack, target, mode, phase ticks)."""
     bx, bz = s.bot_pos[0], s.bot_pos[1]
     expired = s.bot_phase_ticks <= 1
     b_mode = jnp.where(expired, 1 - s.bot_mode, s.bot_mode)

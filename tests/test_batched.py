@@ -79,9 +79,29 @@ def test_it_refuses_what_it_does_not_play():
         BatchedArena(env).reset(keys, params.replace(shaping_recipe=2))
     with pytest.raises(ValueError, match="bot_type < 3, got 3"):
         BatchedArena(env).reset(keys, params.replace(bot_type=3))
+    with pytest.raises(ValueError, match="batch_last"):  # vmapped params passed batch-first
+        BatchedArena(env).reset(keys, jax.vmap(lambda b: params.replace(bot_type=b))(jnp.arange(4) % 3))
+    with pytest.raises(TypeError, match="N PRNG keys"):
+        BatchedArena(env).reset(jnp.arange(4), params)
     _, state = BatchedArena(env).reset(keys, params)
-    with pytest.raises(ValueError, match=r"actions must have shape \(N, 5\)"):
-        BatchedArena(env).step(keys, state, jnp.zeros((5, 4, 1), jnp.int32), params)
+    with pytest.raises(ValueError, match=r"needs actions of shape \(4, 5\) and 4 keys, got actions \(1, 5\)"):
+        BatchedArena(env).step(keys, state, jnp.zeros((1, 5), jnp.int32), params)
+    with pytest.raises(ValueError, match="and 4 keys, got actions \\(4, 5\\) and 1 keys"):
+        BatchedArena(env).step(keys[:1], state, jnp.zeros((4, 5), jnp.int32), params)
+    with pytest.raises(TypeError, match="actions must be integers"):
+        BatchedArena(env).step(keys, state, jnp.full((4, 5), 5.7), params)
+
+
+def test_a_traced_unsupported_recipe_pays_nan_not_a_wrong_reward():
+    env, params = jaxarena.make("Arena-v0")
+    keys = jax.random.split(jax.random.key(0), 4)
+    arena = BatchedArena(env)
+    _, state = arena.reset(keys, params)
+    step = jax.jit(arena.step)  # params traced: the recipe cannot be checked at trace time
+    actions = jnp.zeros((4, 5), jnp.int32)
+    reward = step(keys, state, actions, params.replace(shaping_recipe=jnp.int32(1)))[2]
+    assert np.all(np.isnan(reward))
+    assert np.all(np.isfinite(step(keys, state, actions, params)[2]))
 
 
 def outcome_counts(n: int, ticks: int, batched: bool) -> np.ndarray:
