@@ -25,8 +25,8 @@ Modes, timed in the same run (so load on the machine affects both alike):
 Each prints a JSON line: candidates/min, the sandbox's share of the time,
 env-steps/s (ticks of episodes actually played, one 0.1 s tick of the
 whole arena each) and the mean episode length. Then the arena's own bound,
-also timed in this run: the plain runner's env-steps/s on `--lanes` arenas,
-turned into the candidates/min that scoring would reach if it cost nothing
+also timed in this run: the env-steps/s of the scorer's own arena program
+on `--lanes` lanes with no policy program, turned into the candidates/min that scoring would reach if it cost nothing
 but those env steps (no compile, no policy). A last line gives the batched /
 one-at-a-time ratio, the raced `candidates_per_min` and `kendall_tau`, and
 whether the targets (100 candidates/min raced, tau >= 0.9) were met. Every
@@ -163,25 +163,28 @@ def _line(result: dict) -> dict:
 
 
 def ceiling(config: ScoreConfig, mean_episode_s: float) -> dict:
-    """The arena's own bound: env-steps/s of the plain runner (rush squad, `lanes` arenas, to the timeout).
+    """The scorer's arena alone: env-steps/s of its tick program on `lanes` lanes, with no policy program.
 
-    Every arena runs all 1,200 ticks (the evasive bot is never caught), so each tick is useful work;
-    compile time is left out. candidates/min if scoring cost nothing but these env steps.
+    Every lane walks at the evasive bot, which is never caught, so all of its 1,200 ticks are
+    useful work; compile time is left out. candidates/min if scoring cost nothing but these steps.
     """
     import jax
+    import jax.numpy as jnp
 
-    import jaxarena
-    from jaxarena.policies import focus_fire_policy
-    from jaxarena.runner import make_runner
+    from jaxarena.coder.lanes import arena_programs
+    from jaxarena.names import MOVE_TO_BOT, NUM_NPCS, bot_index
 
-    env, params = jaxarena.make("Arena-v0", scenario=config.scenario, bot="evasive")
-    run = make_runner(env, params, focus_fire_policy, 0, config.lanes)
-    jax.block_until_ready(run(None, params, jax.random.key(0)).outcome)
+    arena = arena_programs(config.scenario, config.lanes, config.chunk_s)
+    keys = jax.random.split(jax.random.key(1), config.lanes)
+    evasive = np.full(config.lanes, bot_index("evasive"), np.int32)
+    walk = jnp.full((config.lanes, NUM_NPCS), MOVE_TO_BOT, jnp.int32)
+    lanes = jax.block_until_ready(arena.restart(arena.empty(), np.ones(config.lanes, bool), evasive, keys))
     start = time.perf_counter()
-    result = jax.block_until_ready(run(None, params, jax.random.key(1)))
+    while not np.all(np.asarray(lanes["finished"])):
+        for _ in range(round(config.chunk_s / 0.1)):
+            lanes = arena.tick(lanes, walk)
     seconds = time.perf_counter() - start
-    steps = float(np.sum(np.asarray(result.duration_s))) * 10.0
-    rate = steps / seconds
+    rate = float(np.sum(np.asarray(arena.report(lanes)["t"]))) / seconds
     per_candidate = len(config.bots) * config.episodes_per_bot * mean_episode_s * 10.0
     return {"env_steps_per_s": round(rate), "candidates_per_min": round(60.0 * rate / per_candidate, 2)}
 

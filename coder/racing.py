@@ -22,7 +22,7 @@ the selection (the loop still gives every candidate that stays in the race its f
 
 Episodes are the scorer's (`batch_rollout`): episode e against bot b has the same key as in
 full scoring, so a candidate raced to n episodes has played exactly full scoring's first n, and
-its score is full scoring's on those n. One compiled program per batch serves every look.
+its score is full scoring's on those n. One policy program per batch serves every look.
 """
 
 from __future__ import annotations
@@ -52,9 +52,8 @@ class RaceConfig:
     alpha: the chance, over the whole race, that any candidate better than the incumbent is dropped.
     lanes: at most this many episodes side by side while racing (never more than `ScoreConfig.lanes`;
       None: those). Every look runs until its longest episode ends (120 s against a bot that is
-      never caught) with all lanes stepping, busy or not, and the early looks hold few jobs: fewer
-      lanes waste less there (benchmarks/coder_throughput.py: 512 lanes raced 1.08x as fast as full
-      scoring on 2,048, 2,048 lanes 0.77x, on the same 33% fewer env steps).
+      never caught), and the early looks hold few jobs, so fewer lanes waste less there
+      (docs/coder.md, "Racing", measures 512 and 2,048).
     """
 
     first: int = 30
@@ -162,7 +161,7 @@ def incumbent_counts(score: Score, bots: Sequence[str]) -> tuple[np.ndarray, int
 
 
 class _Batch:
-    """One compiled program for some candidates, reused by every look; split into singles if it fails."""
+    """One policy program for some candidates, reused by every look; split into singles if it fails."""
 
     def __init__(self, members: list[int], policies: Sequence, config: ScoreConfig):
         self.members, self.policies, self.config = members, policies, config

@@ -18,10 +18,11 @@ PROGRAM_ERROR = -0.5
 class ScoreConfig:
     """How programs are scored. The defaults: >= 1,000 episodes per bot, all three bots.
 
-    lanes: episodes played side by side (the compiled program's batch).
-    batch: candidates per compiled program. Compiling costs seconds, so candidates share one; but every lane
-      computes every candidate's program (`lax.switch` over a per-lane index is a select under vmap), so the
-      policy's cost grows with the batch (benchmarks/coder_throughput.py measures the trade-off).
+    lanes: episodes played side by side (one `BatchedArena` batch, compiled once per process).
+    batch: candidates per policy program, which share the lanes. A shared pool keeps the lanes busy (one
+      candidate's last long episodes leave most lanes idle), but every lane computes every candidate's
+      program (`lax.switch` over a per-lane index is a select under vmap), so the policy's cost grows with
+      the batch (benchmarks/coder_throughput.py measures the trade-off).
     chunk_s: game time between refills of lanes whose episode has ended; a
       whole number of ticks (dt = 0.1 s).
     """

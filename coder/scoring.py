@@ -18,7 +18,7 @@ A reply is scored in three steps:
    critic also gets per-bot loss and timeout rates, damage dealt and taken,
    episode length and how often each action was used.
 
-How the batch plays (one compiled program, lanes refilled from a job queue)
+How the batch plays (one policy program on shared lanes, refilled from a job queue)
 and which key each episode gets (paired across candidates): `batch_rollout`.
 The types are in `score_types`, the critic's statistics in `score_stats`.
 """
@@ -100,7 +100,7 @@ def _ok_score(summary: dict, config: ScoreConfig) -> Score:
 
 
 def _score_group(policies: Sequence, config: ScoreConfig) -> list[Score]:
-    """One compiled program for `policies`; if it fails, each alone, so one bad program sinks only itself."""
+    """One policy program for `policies`; if it fails, each alone, so one bad program sinks only itself."""
     try:
         summaries = rollout_policies(policies, config)
     except Exception as exc:  # noqa: BLE001 - whatever a program raises is the critic's to read
@@ -111,7 +111,7 @@ def _score_group(policies: Sequence, config: ScoreConfig) -> list[Score]:
 
 
 def score_policies(policies: Sequence, config: ScoreConfig | None = None) -> list[Score]:
-    """Scores jittable policies, `config.batch` per compiled program: -0.5 for a trace failure or an invalid action."""
+    """Scores jittable policies, `config.batch` per policy program: -0.5 for a trace failure or an invalid action."""
     config = config or ScoreConfig()
     scores: list[Score | None] = [_trace_error(p) for p in policies]
     runnable = [i for i, s in enumerate(scores) if s is None]

@@ -69,7 +69,8 @@ class BatchedArena:
         self.env = env
         self.num_agents, self.num_actions, self.obs_size = env.num_agents, env.num_actions, env.obs_size
 
-    def _params(self, params: EnvParams | None) -> EnvParams:
+    def checked_params(self, params: EnvParams | None) -> EnvParams:
+        """`params` (default: the env's), or ValueError where these rules do not play them."""
         params = self.env.default_params if params is None else params
         if params.bot_weights is not None:
             raise ValueError("BatchedArena plays the scripted bots: use jax.vmap(env.step) for the learned bot")
@@ -103,13 +104,13 @@ class BatchedArena:
 
     def reset(self, keys: jax.Array, params: EnvParams | None = None):
         """N fresh episodes, as `jax.vmap(env.reset)` draws them: (obs (N, 5, 23), batch-last state)."""
-        params, keys = self._params(params), self._keys(keys)
+        params, keys = self.checked_params(params), self._keys(keys)
         state = initial_state(keys, params, jnp.zeros(keys.shape[:1], jnp.int32))
         return observe(state, params), state
 
     def step(self, keys: jax.Array, state: EnvState, actions: jax.Array, params: EnvParams | None = None):
         """One tick of every arena with auto-reset: as `jax.vmap(env.step)`, the state batch-last."""
-        params, keys, actions = self._params(params), self._keys(keys), jnp.asarray(actions)
+        params, keys, actions = self.checked_params(params), self._keys(keys), jnp.asarray(actions)
         n = state.t.shape[-1]
         if actions.shape != (n, NUM_NPCS) or keys.shape[0] != n:
             raise ValueError(
