@@ -174,7 +174,7 @@ def ceiling(config: ScoreConfig, mean_episode_s: float) -> dict:
     from jaxarena.coder.lanes import arena_programs
     from jaxarena.names import MOVE_TO_BOT, NUM_NPCS, bot_index
 
-    arena = arena_programs(config.scenario, config.lanes, config.chunk_s)
+    arena = arena_programs(config.scenario, config.lanes)
     keys = jax.random.split(jax.random.key(1), config.lanes)
     evasive = np.full(config.lanes, bot_index("evasive"), np.int32)
     walk = jnp.full((config.lanes, NUM_NPCS), MOVE_TO_BOT, jnp.int32)

@@ -45,7 +45,7 @@ def episode_keys(seed: int, bot: int, episodes: int) -> jax.Array:
 
 
 def make_batch_scorer(policies: Sequence, config: ScoreConfig):
-    """A jitted `fn() -> per-job results` that plays every policy `episodes_per_bot` times against each bot.
+    """`fn() -> per-job results` (numpy) that plays every policy `episodes_per_bot` times against each bot.
 
     Jobs are (candidate, bot, episode), candidate-minor so that every candidate
     progresses at the same pace. Returns (fn, jobs) where jobs holds the
@@ -63,15 +63,15 @@ def make_job_runner(policies: Sequence, config: ScoreConfig):
 
     The results hold one row per job of the queue (`len(policies)` x bots x `episodes_per_bot` at
     most); the first `n` rows are the jobs played, the rest zero. Racing plays a few episodes per
-    call and calls again; the programs are compiled once (the arena's once per process, the
-    policy's once per runner). Every job's key is `episode_keys`' key of its (bot, episode), so a
+    call and calls again. The arena is compiled once per process and lane count, the policy once
+    per runner and lane count. Every job's key is `episode_keys`' key of its (bot, episode), so a
     job has the same outcome whichever call, lane or batch mate plays it.
     """
     capacity = len(policies) * len(config.bots) * config.episodes_per_bot
     lanes = min(config.lanes, capacity)
     # A quarter of the lanes plays the last episodes once the queue is empty (`_play`).
     sizes = [lanes] + ([lanes // 4] if lanes // 4 >= lanes_module.MIN_TAIL_LANES else [])
-    arenas = [lanes_module.arena_programs(config.scenario, size, config.chunk_s) for size in sizes]
+    arenas = [lanes_module.arena_programs(config.scenario, size) for size in sizes]
     policy = lanes_module.policy_program(policies)
     chunk_ticks = round(config.chunk_s / 0.1)
     base = jax.random.key(config.seed)
@@ -83,7 +83,10 @@ def make_job_runner(policies: Sequence, config: ScoreConfig):
         job_cand, job_bot, job_episode = (np.asarray(a, np.int32) for a in (job_cand, job_bot, job_episode))
         if len(job_cand) > capacity or not 0 <= n_jobs <= len(job_cand):
             raise ValueError(f"{n_jobs} jobs of {len(job_cand)} given; this runner holds at most {capacity}")
-        return _play(arenas, policy, chunk_ticks, (job_cand, job_bot, runner_keys(job_bot, job_episode)), n_jobs)
+        # Padded to the runner's capacity: one compile of the keys whatever the queue's length.
+        pad = capacity - len(job_cand)
+        keys = runner_keys(np.pad(job_bot, (0, pad)), np.pad(job_episode, (0, pad)))[: len(job_cand)]
+        return _play(arenas, policy, chunk_ticks, (job_cand, job_bot, keys), n_jobs)
 
     return fn
 
@@ -114,6 +117,8 @@ def _play(arenas, policy, chunk_ticks: int, queue, n_jobs: int) -> dict:
         free = np.nonzero(job < 0)[0][: n_jobs - taken]
         job[free] = np.arange(taken, taken + len(free))
         taken += len(free)
+        take = np.zeros(len(job), bool)
+        take[free] = True
         busy = np.nonzero(job >= 0)[0]
         if len(busy) == 0:
             return results
@@ -121,12 +126,10 @@ def _play(arenas, policy, chunk_ticks: int, queue, n_jobs: int) -> dict:
             arena, *smaller = smaller
             # The busy lanes first, then idle ones (ended, no job) to fill the smaller set.
             keep = np.concatenate([busy, np.nonzero(job < 0)[0]])[: arena.lanes]
-            lanes_state, job = lanes_module.take_lanes(lanes_state, keep), job[keep]
+            lanes_state, job, take = lanes_module.take_lanes(lanes_state, keep), job[keep], take[keep]
         lane_job = np.maximum(job, 0)
         lane_keys = job_keys[lane_job]
-        if len(free):
-            take = np.zeros(len(job), bool)
-            take[free] = True
+        if take.any():
             lanes_state = arena.restart(lanes_state, take, job_bot[lane_job], lane_keys)
         lane_cand = jnp.asarray(job_cand[lane_job])
         for _ in range(chunk_ticks):
@@ -154,7 +157,7 @@ def _job_queue(k: int, bots: list[int], e: int) -> tuple[np.ndarray, np.ndarray,
 
 
 def rollout_policies(policies: Sequence, config: ScoreConfig) -> list[dict]:
-    """Plays every policy `config.episodes_per_bot` episodes per bot in one compiled program; one summary each."""
+    """Plays every policy `config.episodes_per_bot` episodes per bot on shared lanes; one summary each."""
     if not policies:
         return []
     fn, jobs = make_batch_scorer(policies, config)

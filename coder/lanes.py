@@ -3,7 +3,7 @@
 Why a separate program. Compiling the arena takes seconds (about 4 s on a 2-core CPU), and a
 compiled program that holds both the arena and a batch's candidate programs must be compiled
 again for every batch: that compile used to be most of the time a batch took to score. Here the
-arena's programs are compiled once per (scenario, lanes, chunk) and kept for the process, and
+arena's programs are compiled once per scenario and lane count and kept for the process, and
 only the candidates' policy is compiled per batch (`policy_program`, well under a second). The
 scorer's host loop calls the two in turn, one tick at a time (`batch_rollout`), and moves the
 last episodes to a quarter of the lanes (`take_lanes`) so idle lanes stop stepping.
@@ -46,8 +46,8 @@ class LaneArena(NamedTuple):
     empty: Callable
 
 
-@functools.lru_cache(maxsize=8)
-def arena_programs(scenario: str, lanes: int, chunk_s: float) -> LaneArena:
+@functools.cache
+def arena_programs(scenario: str, lanes: int) -> LaneArena:
     """The jitted arena side of `lanes` lanes, compiled once per process:
 
     - `restart(lanes_state, take, bot_type, runner_keys)`: the lanes where `take` start a fresh
@@ -58,7 +58,7 @@ def arena_programs(scenario: str, lanes: int, chunk_s: float) -> LaneArena:
       counts, invalid actions), what the host loop reads once per chunk.
     - `empty()`: lanes with no episode (every lane finished), fresh buffers for a run to donate.
     """
-    env, params = jaxarena.make("Arena-v0", scenario=scenario, decision_period_s=chunk_s)
+    env, params = jaxarena.make("Arena-v0", scenario=scenario)
     # Scoring reads outcomes, never rewards: the reward's shaping recipe plays no part.
     params = jaxarena.BatchedArena(env).checked_params(params.replace(shaping_recipe=0))
 

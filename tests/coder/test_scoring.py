@@ -65,11 +65,12 @@ def test_rewards_of_no_code_a_failing_program_and_a_program_that_plays():
 
 
 @pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
-@pytest.mark.parametrize("lanes, episodes", [(3, 4), (256, 70)])
+@pytest.mark.parametrize("lanes, episodes", [(16, 12), (256, 72)])
 def test_chunks_lane_refills_and_the_tail_change_no_episode(lanes, episodes):
     """Lanes refilled every 2 s play each job exactly as a lane of its own does in one 120 s chunk.
 
     With 256 lanes the last 64 busy ones move to a smaller set once the queue is empty (the tail).
+    Lane counts are multiples of 16, so every run uses the same vector code.
     """
     from jaxarena.coder.lanes import arena_programs
 
@@ -85,32 +86,52 @@ def test_chunks_lane_refills_and_the_tail_change_no_episode(lanes, episodes):
         np.testing.assert_array_equal(results[name], reference[name], err_msg=name)
     assert len(set(results["outcome"].tolist())) > 1  # wins and other outcomes: a real comparison
     if lanes == 256:  # the tail's arena has run (jit's cache holds its compiled tick)
-        assert arena_programs("paper", 64, 2.0).tick._cache_size() == 1
+        assert arena_programs("paper", 64).tick._cache_size() == 1
 
 
 @pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_every_episode_is_the_one_episode_runners_to_rounding():
     """The scorer's arena is `BatchedArena`: the runner's spawn and policy keys, its float order to rounding.
 
-    So an episode starts as the runner's episode on the job's key and follows it until rounding
-    differences grow (a chaotic game can then end differently, so the outcomes are compared as counts).
+    20 ticks from the runner's spawn, every lane's state matches the runner's to rounding (a frozen
+    tick counter or a wrong key would not). Whole episodes then follow it until rounding differences
+    grow, and a chaotic game can end differently: most outcomes and lengths must still match.
     """
+    from jaxarena.batched import batch_first
+    from jaxarena.coder.lanes import arena_programs, policy_program
+
     policies = [translate(RUSH), translate(KITE)]
+    env, params = jaxarena.make("Arena-v0", decision_period_s=2.0)
+    cand = np.asarray([0, 1] * 8, np.int32)
+    bot = np.asarray([0, 0, 1, 1, 2, 2, 0, 0, 1, 1, 2, 2, 0, 1, 2, 1], np.int32)
+    job_keys = episode_keys(5, 0, 16)
+    runner_keys = jax.vmap(lambda k: jax.random.split(k, 1)[0])(job_keys)
+    arena, policy = arena_programs("paper", 16), policy_program(policies)
+    lanes = arena.restart(arena.empty(), np.ones(16, bool), bot, runner_keys)
+    for _ in range(20):
+        lanes = arena.tick(lanes, policy(jnp.asarray(cand), lanes["obs"], runner_keys, lanes["state"].t))
+    runs = [make_runner(env, params, p, 0, 1, num_periods=1) for p in policies]
+    lane_jobs = zip(cand, bot, job_keys, strict=True)
+    finals = [runs[c](None, params.replace(bot_type=int(b)), k).final_state for c, b, k in lane_jobs]
+    reference = jax.tree.map(lambda *x: jnp.concatenate(x), *finals)
+    chex.assert_trees_all_close(batch_first(lanes["state"]), reference, rtol=1e-4, atol=1e-3)
+    assert int(jnp.min(reference.t)) == 20  # no episode ended: every tick was compared
+
     config = ScoreConfig(episodes_per_bot=8, bots=("aggressive", "balanced"), lanes=32, seed=5, chunk_s=2.0)
     fn, jobs = make_batch_scorer(policies, config)
     results = jax.device_get(fn())
-    env, params = jaxarena.make("Arena-v0")
     same, total = 0, 0
     for c, policy in enumerate(policies):
         run = make_runner(env, params, policy, 0, 1)
-        for bot in config.bots:
-            b = bot_index(bot)
+        for name in config.bots:
+            b = bot_index(name)
             keys = episode_keys(config.seed, b, config.episodes_per_bot)
             ref = jax.device_get(jax.vmap(lambda k, b=b, run=run: run(None, params.replace(bot_type=b), k))(keys))
             sel = np.nonzero((jobs["cand"] == c) & (jobs["bot"] == b))[0]  # in episode order
             same += int(np.sum(results["outcome"][sel] == ref.outcome[:, 0]))
-            total += len(sel)
-    assert same >= 0.75 * total, f"only {same} of {total} outcomes match the runner's"
+            same += int(np.sum(np.abs(results["t"][sel] * 0.1 - ref.duration_s[:, 0]) < 0.05))
+            total += 2 * len(sel)
+    assert same >= 0.75 * total, f"only {same} of {total} outcomes and lengths match the runner's"
 
 
 def test_a_lane_starts_as_the_runners_episode():
@@ -118,7 +139,7 @@ def test_a_lane_starts_as_the_runners_episode():
     from jaxarena.batched import batch_first
     from jaxarena.coder.lanes import arena_programs, policy_program
 
-    arena = arena_programs("paper", 4, 1.0)
+    arena = arena_programs("paper", 4)
     runner_keys = jax.random.split(jax.random.key(3), 4)
     bot_type = np.asarray([0, 1, 2, 1], np.int32)
     lanes = arena.restart(arena.empty(), np.ones(4, bool), bot_type, runner_keys)
@@ -138,12 +159,16 @@ def test_a_lane_starts_as_the_runners_episode():
 
 
 def test_the_arena_is_compiled_once_for_every_batch():
-    """Only the candidates' programs are compiled per batch: one cached arena serves every runner of a config."""
+    """Only the candidates' programs are compiled per batch: runners of one config share one compiled arena."""
     from jaxarena.coder import lanes
 
-    first = lanes.arena_programs("paper", 8, 1.0)
-    assert lanes.arena_programs("paper", 8, 1.0) is first
-    assert lanes.arena_programs("raid", 8, 1.0) is not first
+    config = ScoreConfig(episodes_per_bot=1, bots=("aggressive",), lanes=2, chunk_s=5.0)
+    for policies in ([translate(RUSH)], [translate(KITE)], [translate(RUSH), translate(KITE)]):
+        fn, _ = make_batch_scorer(policies, config)
+        assert np.all(jax.device_get(fn())["outcome"] > 0)
+    arena = lanes.arena_programs("paper", 2)
+    assert arena.tick._cache_size() == 1 and arena.restart._cache_size() == 1
+    assert lanes.arena_programs("paper", 2) is arena and lanes.arena_programs("raid", 2) is not arena
 
 
 @pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
