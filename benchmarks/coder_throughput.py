@@ -26,8 +26,9 @@ Each prints a JSON line: candidates/min, the sandbox's share of the time,
 env-steps/s (ticks of episodes actually played, one 0.1 s tick of the
 whole arena each) and the mean episode length. Then the arena's own bound,
 also timed in this run: the env-steps/s of the scorer's own arena program
-on `--lanes` lanes with no policy program, turned into the candidates/min that scoring would reach if it cost nothing
-but those env steps (no compile, no policy). A last line gives the batched /
+on `--lanes` lanes with no policy program, turned into the candidates/min
+that scoring would reach if it cost nothing but those env steps (no
+compile, no policy). A last line gives the batched /
 one-at-a-time ratio, the raced `candidates_per_min` and `kendall_tau`, and
 whether the targets (100 candidates/min raced, tau >= 0.9) were met. Every
 line carries the load average before and after its mode.
