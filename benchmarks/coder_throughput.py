@@ -21,17 +21,22 @@ Modes, timed in the same run (so load on the machine affects both alike):
   gives the episodes and env ticks played as a share of full scoring's, and
   the Kendall tau (tau-b, which counts ties in either ranking as neither
   concordant nor discordant) between the two rankings by reward, a dropped
-  candidate ranked by its estimate on the episodes it played.
-Each prints a JSON line: candidates/min, the sandbox's share of the time,
-env-steps/s (ticks of episodes actually played, one 0.1 s tick of the
-whole arena each) and the mean episode length. Then the arena's own bound,
-also timed in this run: the env-steps/s of the scorer's own arena program
-on `--lanes` lanes with no policy program, turned into the candidates/min
-that scoring would reach if it cost nothing but those env steps (no
-compile, no policy). A last line gives the batched /
-one-at-a-time ratio, the raced `candidates_per_min` and `kendall_tau`, and
-whether the targets (100 candidates/min raced, tau >= 0.9) were met. Every
-line carries the load average before and after its mode.
+  candidate ranked by its estimate on the episodes it played. Idle lanes
+  play ahead into the next look (`RaceConfig.speculate`);
+- raced look by look: the same race with every look waiting for its last
+  episode, for the gain of playing ahead (its scores must equal raced's).
+The arena's programs are compiled before the timings, for every lane count
+used: a loop compiles them once per process. Each mode prints a JSON line:
+candidates/min, the sandbox's share of the time, env-steps/s (ticks of
+episodes actually played, one 0.1 s tick of the whole arena each) and the
+mean episode length. Then the arena's own bound, also timed in this run:
+the env-steps/s of the scorer's own arena program on `--lanes` lanes with
+no policy program, turned into the candidates/min that scoring would reach
+if it cost nothing but those env steps (no compile, no policy). A last line
+gives the batched / one-at-a-time ratio, the raced `candidates_per_min` and
+`kendall_tau`, the gain of playing ahead, and whether the targets (100
+candidates/min raced, tau >= 0.9) were met. Every line carries the load
+average before and after its mode.
 """
 
 from __future__ import annotations
@@ -163,6 +168,25 @@ def _line(result: dict) -> dict:
     return {k: v for k, v in result.items() if not k.startswith("_")}
 
 
+def warm_arenas(scenario: str, lane_counts) -> None:
+    """Compiles the scorer's arena programs (and the tail's) for each lane count, as a long run would have."""
+    import jax
+
+    from jaxarena.coder.lanes import MIN_TAIL_LANES, arena_programs, take_lanes
+    from jaxarena.names import NUM_NPCS
+
+    for lanes in lane_counts:
+        sizes = [lanes] + ([lanes // 4] if lanes // 4 >= MIN_TAIL_LANES else [])
+        for size in sizes:
+            arena = arena_programs(scenario, size)
+            keys = jax.random.split(jax.random.key(0), size)
+            state = arena.restart(arena.empty(), np.ones(size, bool), np.zeros(size, np.int32), keys)
+            state = arena.tick(state, np.zeros((size, NUM_NPCS), np.int32))
+            jax.block_until_ready(arena.report(state))
+        if len(sizes) > 1:  # the move of the last episodes to the tail's lanes
+            jax.block_until_ready(take_lanes(arena_programs(scenario, lanes).empty(), np.arange(sizes[1])))
+
+
 def ceiling(config: ScoreConfig, mean_episode_s: float) -> dict:
     """The scorer's arena alone: env-steps/s of its tick program on `lanes` lanes, with no policy program.
 
@@ -223,14 +247,21 @@ def main():
         "episodes_per_bot": args.episodes_per_bot,
         "lanes": args.lanes,
     }
-    # Warm-up, untimed: the first scoring in a process also pays one-off tracing and setup costs.
+    # Warm-up, untimed: the first scoring in a process also pays one-off tracing and setup costs, and
+    # the arena's programs are compiled once per process and lane count (a loop pays that once).
     tiny = dataclasses.replace(config, episodes_per_bot=2, lanes=8)
     measure(sources[:2], args.batch, tiny)
     measure(sources[:2], args.batch, tiny, RaceConfig(first=1))
+    warm_arenas(config.scenario, {args.lanes, min(race.lanes or args.lanes, args.lanes)})
     # Raced first: any cost still left to the first timed mode then falls on racing, not on full scoring.
     raced = {**common, "mode": "raced", **measure(sources, args.batch, config, race)}
     batched = {**common, "mode": "batched", **measure(sources, args.batch, config)}
     print(json.dumps(_line(batched)), flush=True)
+    # The same race with every look waiting for its last episode (no lanes playing ahead).
+    race_in_step = dataclasses.replace(race, speculate=False)
+    in_step = {**common, "mode": "raced_look_by_look", **measure(sources, args.batch, config, race_in_step)}
+    in_step["same_scores_as_raced"] = in_step["_scores"] == raced["_scores"]
+    print(json.dumps(_line(in_step)), flush=True)
     race_lanes = min(race.lanes or args.lanes, args.lanes)
     raced["race"] = {"first": race.first, "growth": race.growth, "alpha": race.alpha, "lanes": race_lanes}
     raced["looks"] = list(race.looks(args.episodes_per_bot))
@@ -249,6 +280,8 @@ def main():
     summary["full_candidates_per_min"] = batched["candidates_per_min"]
     summary["batched_candidates_per_min"] = batched["candidates_per_min"]
     summary["raced_vs_full"] = round(raced["candidates_per_min"] / batched["candidates_per_min"], 2)
+    summary["raced_look_by_look_candidates_per_min"] = in_step["candidates_per_min"]
+    summary["playing_ahead_gain"] = round(raced["candidates_per_min"] / in_step["candidates_per_min"], 2)
     summary["episodes_saved"] = round(1 - raced["episodes_share"], 3)
     summary["env_steps_saved"] = round(1 - raced["env_steps_share"], 3)
     if args.one_at_a_time > 0:

@@ -5,8 +5,10 @@ batch's candidates add only their policy program (`lanes.policy_program`), so a 
 well under a second of compiling instead of the arena's seconds. A host loop steps the lanes one
 tick at a time, each lane playing one episode at a time. A lane whose episode ends takes the
 next job (candidate, bot, episode) from a queue at the next chunk boundary, so no lane idles
-through a finished episode's remaining time until the queue runs dry. Every lane computes every
-program of its batch (a select), hence small batches.
+through a finished episode's remaining time until the queue runs dry. The lanes and the ended
+jobs persist between calls (`LanePool`), so racing's next look continues the episodes that idle
+lanes started ahead. Every lane computes every program of its batch (a select), hence small
+batches.
 
 Seeds. Episode e against bot b is played from the key
 `fold_in(fold_in(key(seed), b), e)`, whichever candidate plays it and
@@ -15,8 +17,8 @@ A job starts from the one episode runner's spawn on that key and draws the
 runner's policy keys; the arena's float order is `BatchedArena`'s, so a
 long episode can drift from the runner's vmapped one by rounding (tested: 20
 ticks agree to rounding, and most whole episodes end alike). A score is
-reproducible from the seed, and chunks, lane refills and batch mates change
-no episode (tested).
+reproducible from the seed, and chunks, lane refills, playing ahead and batch
+mates change no episode (tested).
 """
 
 from __future__ import annotations
@@ -27,11 +29,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxarena.names import NUM_ACTIONS, bot_index
+from jaxarena.names import BOT_TYPES, NUM_ACTIONS, bot_index
 
 from . import lanes as lanes_module
 from .score_stats import summarize
 from .score_types import ScoreConfig
+
+NUM_BOTS = len(BOT_TYPES)  # job numbers leave room for every bot, scored or not
 
 
 def episode_key(root: jax.Array, bot, episode) -> jax.Array:
@@ -54,93 +58,124 @@ def make_batch_scorer(policies: Sequence, config: ScoreConfig):
     """
     bots = [bot_index(b) for b in config.bots]
     cand, bot_of_job, episode = _job_queue(len(policies), bots, config.episodes_per_bot)
-    run_jobs = make_job_runner(policies, config)
-    queue = (jnp.asarray(cand), jnp.asarray(bot_of_job), jnp.asarray(episode))
-    return (lambda: run_jobs(*queue, cand.shape[0])), {"cand": cand, "bot": bot_of_job}
+    pool = LanePool(policies, config)
+    ids = pool.job_ids(cand, bot_of_job, episode)
+
+    def fn():
+        pool.play(ids)
+        return {name: column[ids] for name, column in pool.results.items()}
+
+    return fn, {"cand": cand, "bot": bot_of_job}
 
 
-def make_job_runner(policies: Sequence, config: ScoreConfig):
-    """`fn(cand, bot, episode, n) -> per-job results`: plays the first `n` jobs of the given queue.
+@jax.jit
+def _runner_keys(root: jax.Array, bot, episode) -> jax.Array:
+    """The one episode runner's key of each job: `split(episode_key, 1)[0]`; compiled once per size."""
+    return jax.vmap(lambda b, e: jax.random.split(episode_key(root, b, e), 1)[0])(bot, episode)
 
-    The results hold one row per job of the queue (`len(policies)` x bots x `episodes_per_bot` at
-    most); the first `n` rows are the jobs played, the rest zero. Racing plays a few episodes per
-    call and calls again. The arena is compiled once per process and lane count, the policy once
-    per runner and lane count. Every job's key is `episode_keys`' key of its (bot, episode), so a
-    job has the same outcome whichever call, lane or batch mate plays it.
+
+class LanePool:
+    """A batch's candidates on a fixed set of lanes, kept between calls with every job that ended.
+
+    A job is (candidate, bot, episode), numbered by `job_ids`. `play(ids, required)` plays until
+    the first `required` of `ids` have ended; a lane left idle meanwhile takes the next of the other
+    ids, in order (work a later call is likely to ask for: racing's next look), and the episodes
+    still running when the call returns carry over to the next call. A job that ended is not played
+    again; its row of `results` holds its outcome, length, damage, action counts and invalid
+    actions. Since every job has its own keys, when and on which lane it is played changes nothing.
+
+    The arena is compiled once per process and lane count, the policy once per pool.
     """
-    capacity = len(policies) * len(config.bots) * config.episodes_per_bot
-    lanes = min(config.lanes, capacity)
-    # A quarter of the lanes plays the last episodes once the queue is empty (`_play`).
-    sizes = [lanes] + ([lanes // 4] if lanes // 4 >= lanes_module.MIN_TAIL_LANES else [])
-    arenas = [lanes_module.arena_programs(config.scenario, size) for size in sizes]
-    policy = lanes_module.policy_program(policies)
-    chunk_ticks = round(config.chunk_s / 0.1)
-    base = jax.random.key(config.seed)
-    runner_keys = jax.jit(
-        jax.vmap(lambda b, e: jax.random.split(episode_key(base, b, e), 1)[0])  # the runner's key of its episode
-    )
 
-    def fn(job_cand, job_bot, job_episode, n_jobs: int):
-        job_cand, job_bot, job_episode = (np.asarray(a, np.int32) for a in (job_cand, job_bot, job_episode))
-        if len(job_cand) > capacity or not 0 <= n_jobs <= len(job_cand):
-            raise ValueError(f"{n_jobs} jobs of {len(job_cand)} given; this runner holds at most {capacity}")
-        # Padded to the runner's capacity: one compile of the keys whatever the queue's length.
-        pad = capacity - len(job_cand)
-        keys = runner_keys(np.pad(job_bot, (0, pad)), np.pad(job_episode, (0, pad)))[: len(job_cand)]
-        return _play(arenas, policy, chunk_ticks, (job_cand, job_bot, keys), n_jobs)
+    def __init__(self, policies: Sequence, config: ScoreConfig):
+        self.episodes = config.episodes_per_bot
+        self._per_candidate = NUM_BOTS * self.episodes
+        lanes = min(config.lanes, len(policies) * len(config.bots) * self.episodes)
+        # A quarter of the lanes plays the last episodes once nothing is left to hand out (`play`).
+        sizes = [lanes] + ([lanes // 4] if lanes // 4 >= lanes_module.MIN_TAIL_LANES else [])
+        self._arenas = [lanes_module.arena_programs(config.scenario, size) for size in sizes]
+        self._policy = lanes_module.policy_program(policies)
+        self._chunk_ticks = round(config.chunk_s / 0.1)
+        bot, episode = np.divmod(np.arange(self._per_candidate), self.episodes)
+        # The one episode runner's key of each (bot, episode), in job-id order within a candidate: raw
+        # key data, so the host picks the lanes' keys in numpy (`lanes.typed_keys`).
+        self._keys = np.asarray(jax.random.key_data(_runner_keys(jax.random.key(config.seed), bot, episode)))
+        size = len(policies) * self._per_candidate
+        self.results = {
+            "outcome": np.zeros(size, np.int32),
+            "t": np.zeros(size, np.int32),
+            "damage_dealt": np.zeros(size, np.float32),
+            "damage_taken": np.zeros(size, np.float32),
+            "counts": np.zeros((size, NUM_ACTIONS), np.int32),
+            "invalid": np.zeros(size, np.int32),
+        }
+        self.done = np.zeros(size, bool)
+        self._lanes = self._job = None  # the full set of lanes and each one's job (-1: none), between calls
 
-    return fn
+    def job_ids(self, cand, bot, episode) -> np.ndarray:
+        """The number of each job (candidate, bot index, episode): an index into `results`."""
+        cand, bot, episode = (np.asarray(a, np.int64) for a in (cand, bot, episode))
+        if cand.size and not (
+            0 <= cand.min()
+            and cand.max() * self._per_candidate < len(self.done)
+            and 0 <= bot.min()
+            and bot.max() < NUM_BOTS
+            and 0 <= episode.min()
+            and episode.max() < self.episodes
+        ):
+            raise ValueError(
+                f"jobs outside this pool's {len(self.done) // self._per_candidate} candidates, "
+                f"{NUM_BOTS} bots and {self.episodes} episodes per bot"
+            )
+        return (cand * NUM_BOTS + bot) * self.episodes + episode
 
-
-def _play(arenas, policy, chunk_ticks: int, queue, n_jobs: int) -> dict:
-    """The host loop: free lanes take the next jobs, every lane plays a chunk, ended jobs are recorded.
-
-    Between chunks the host reads each lane's small report (a few numbers per lane), so it is
-    the host that hands out jobs: the device programs never see the queue's length, and one
-    compiled arena serves every batch. Once the queue is empty, the last episodes (often the
-    evasive bot's 120 s timeouts) would keep every lane stepping, busy or not: as soon as they
-    fit, they move to the next, smaller set of lanes (`arenas`, largest first).
-    """
-    arena, *smaller = arenas
-    lanes_state = arena.empty()
-    job_cand, job_bot, job_keys = queue
-    results = {
-        "outcome": np.zeros(len(job_cand), np.int32),
-        "t": np.zeros(len(job_cand), np.int32),
-        "damage_dealt": np.zeros(len(job_cand), np.float32),
-        "damage_taken": np.zeros(len(job_cand), np.float32),
-        "counts": np.zeros((len(job_cand), NUM_ACTIONS), np.int32),
-        "invalid": np.zeros(len(job_cand), np.int32),
-    }
-    job = np.full(arena.lanes, -1)
-    taken = 0
-    while True:
-        free = np.nonzero(job < 0)[0][: n_jobs - taken]
-        job[free] = np.arange(taken, taken + len(free))
-        taken += len(free)
-        take = np.zeros(len(job), bool)
-        take[free] = True
-        busy = np.nonzero(job >= 0)[0]
-        if len(busy) == 0:
-            return results
-        if taken == n_jobs and smaller and len(busy) <= smaller[0].lanes:
-            arena, *smaller = smaller
-            # The busy lanes first, then idle ones (ended, no job) to fill the smaller set.
-            keep = np.concatenate([busy, np.nonzero(job < 0)[0]])[: arena.lanes]
-            lanes_state, job, take = lanes_module.take_lanes(lanes_state, keep), job[keep], take[keep]
-        lane_job = np.maximum(job, 0)
-        lane_keys = job_keys[lane_job]
-        if take.any():
-            lanes_state = arena.restart(lanes_state, take, job_bot[lane_job], lane_keys)
-        lane_cand = jnp.asarray(job_cand[lane_job])
-        for _ in range(chunk_ticks):
-            actions = policy(lane_cand, lanes_state["obs"], lane_keys, lanes_state["state"].t)
-            lanes_state = arena.tick(lanes_state, actions)
-        seen = jax.device_get(arena.report(lanes_state))
-        ended = (job >= 0) & seen["finished"]
-        for name, column in results.items():
-            column[job[ended]] = seen[name][ended]
-        job[ended] = -1
+    def play(self, ids, required: int | None = None) -> None:
+        """Plays until the first `required` (default: all) of job `ids` have ended; idle lanes take the rest."""
+        ids = np.asarray(ids, np.int64)
+        required = len(ids) if required is None else required
+        if not 0 <= required <= len(ids):
+            raise ValueError(f"{required} required of {len(ids)} jobs")
+        need = ids[:required]
+        arena, *smaller = self._arenas
+        lanes_state, job = (
+            (arena.empty(), np.full(arena.lanes, -1)) if self._lanes is None else (self._lanes, self._job)
+        )
+        self._lanes = self._job = None  # the buffers are donated below; kept again only if the call ends well
+        wanted = ids[~self.done[ids]]
+        job[~np.isin(job, wanted)] = -1  # a lane whose job is no longer asked for (a dropped candidate's) is free
+        queue = wanted[~np.isin(wanted, job)]
+        taken = 0
+        while not self.done[need].all():
+            free = np.nonzero(job < 0)[0][: len(queue) - taken]
+            job[free] = queue[taken : taken + len(free)]
+            taken += len(free)
+            take = np.zeros(len(job), bool)
+            take[free] = True
+            busy = np.nonzero(job >= 0)[0]
+            if len(busy) == 0:  # cannot happen: a job asked for is ended, running or queued
+                raise RuntimeError("the lanes are idle with jobs still to play")
+            if taken == len(queue) and smaller and len(busy) <= smaller[0].lanes:
+                arena, *smaller = smaller
+                # The busy lanes first, then idle ones to fill the smaller set.
+                keep = np.concatenate([busy, np.nonzero(job < 0)[0]])[: arena.lanes]
+                lanes_state, job, take = lanes_module.take_lanes(lanes_state, keep), job[keep], take[keep]
+            lane_job = np.maximum(job, 0)
+            cand, within = np.divmod(lane_job, self._per_candidate)
+            # On the device once per chunk, not per tick (device_put: no conversion dispatched).
+            lane_keys, lane_cand = jax.device_put((self._keys[within], cand.astype(np.int32)))
+            if take.any():
+                lanes_state = arena.restart(lanes_state, take, (within // self.episodes).astype(np.int32), lane_keys)
+            for _ in range(self._chunk_ticks):
+                actions = self._policy(lane_cand, lanes_state["obs"], lane_keys, lanes_state["state"].t)
+                lanes_state = arena.tick(lanes_state, actions)
+            seen = jax.device_get(arena.report(lanes_state))
+            ended = (job >= 0) & seen["finished"]
+            for name, column in self.results.items():
+                column[job[ended]] = seen[name][ended]
+            self.done[job[ended]] = True
+            job[ended] = -1
+        if arena is self._arenas[0]:  # episodes still running on a smaller set are played again if asked for
+            self._lanes, self._job = lanes_state, job
 
 
 # Evasive first: its episodes run longest (often to the 120 s timeout).

@@ -47,6 +47,17 @@ def test_raced_scores_are_full_scorings_on_the_episodes_they_played():
     assert raced[1] == full[1]
 
 
+@pytest.mark.slow  # two races: over ~10 s on 2 loaded cores
+def test_playing_ahead_changes_no_score():
+    """Idle lanes play the next look's episodes early; each episode has its own keys, so nothing changes."""
+    policies = [translate(RETREAT), translate(RUSH), translate(RUSH.replace("MELEE", "RANGED"))]
+    ahead = race_policies(policies, CONFIG, RACE)
+    in_step = race_policies(policies, CONFIG, dataclasses.replace(RACE, speculate=False))
+    assert ahead == in_step
+    # Two are dropped at the first look, so the episodes played ahead for them are thrown away.
+    assert sorted(s.episodes_per_bot for s in ahead) == [20, 20, 60]
+
+
 def test_a_race_with_nothing_to_play_returns_the_errors():
     """No program runs (no code, refused by the sandbox), even with an earlier best setting the bar."""
     bar = Score(reward=0.5, status="ok", win_rate={"aggressive": 0.5, "balanced": 0.5}, episodes_per_bot=10)

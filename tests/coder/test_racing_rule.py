@@ -118,7 +118,14 @@ def test_a_slow_growth_never_repeats_a_look():
 
 
 @pytest.mark.parametrize(
-    "kwargs, message", [({"first": 0}, "first"), ({"growth": 1.0}, "growth"), ({"alpha": 1.0}, "alpha")]
+    "kwargs, message",
+    [
+        ({"first": 0}, "first"),
+        ({"growth": 1.0}, "growth"),
+        ({"alpha": 1.0}, "alpha"),
+        ({"lanes": 0}, "lanes"),
+        ({"speculate": "yes"}, "speculate must be True or False"),
+    ],
 )
 def test_bad_race_config(kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -171,6 +171,41 @@ def test_the_arena_is_compiled_once_for_every_batch():
     assert lanes.arena_programs("paper", 2) is arena and lanes.arena_programs("raid", 2) is not arena
 
 
+@pytest.mark.slow  # two arenas compiled: over ~10 s on 2 cores
+def test_a_pool_plays_ahead_keeps_what_ended_and_carries_the_running_episodes_to_the_next_call():
+    """Lanes idle before the required jobs end take the next ones; a later call neither replays nor changes them."""
+    from jaxarena.coder.batch_rollout import LanePool, _job_queue
+
+    policies = [translate(RUSH), translate(KITE)]
+    config = ScoreConfig(episodes_per_bot=24, bots=("aggressive", "balanced"), lanes=32, seed=5, chunk_s=2.0)
+    pool = LanePool(policies, config)
+    ids = pool.job_ids(*_job_queue(2, [bot_index(b) for b in config.bots], 24))
+    pool.play(ids, 8)
+    assert pool.done[ids[:8]].all() and pool.done[ids[8:]].any() and not pool.done[ids].all()
+    running = pool._job[pool._job >= 0]
+    assert len(running) and not pool.done[running].any()  # episodes still running, kept for the next call
+    ended_early = pool.done.copy()
+    pool.play(ids)
+    whole = LanePool(policies, dataclasses.replace(config, lanes=len(ids), chunk_s=120.0))  # one lane per job
+    whole.play(ids)
+    assert pool.done[ids].all() and whole.done[ids].all()
+    for name in ("outcome", "t", "damage_dealt", "damage_taken", "counts", "invalid"):
+        np.testing.assert_array_equal(pool.results[name][ids], whole.results[name][ids], err_msg=name)
+    assert ended_early[ids].sum() > 8
+
+
+def test_a_pool_refuses_jobs_it_does_not_hold():
+    from jaxarena.coder.batch_rollout import LanePool
+
+    pool = LanePool([translate(RUSH)], QUICK)
+    with pytest.raises(ValueError, match="outside this pool's 1 candidates, 3 bots and 6 episodes"):
+        pool.job_ids([0], [0], [6])
+    with pytest.raises(ValueError, match="outside"):
+        pool.job_ids([1], [0], [0])
+    with pytest.raises(ValueError, match="3 required of 2 jobs"):
+        pool.play(pool.job_ids([0, 0], [0, 0], [0, 1]), 3)
+
+
 @pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_a_score_does_not_depend_on_the_batch():
     alone = score_sources([KITE], QUICK)[0]
