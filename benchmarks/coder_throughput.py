@@ -24,19 +24,21 @@ Modes, timed in the same run (so load on the machine affects both alike):
   candidate ranked by its estimate on the episodes it played. Idle lanes
   play ahead into the next look (`RaceConfig.speculate`);
 - raced look by look: the same race with every look waiting for its last
-  episode, for the gain of playing ahead (its scores must equal raced's).
+  episode, for the gain of playing ahead (its scores must equal raced's:
+  the run stops with an error otherwise).
 The arena's programs are compiled before the timings, for every lane count
 used: a loop compiles them once per process. Each mode prints a JSON line:
-candidates/min, the sandbox's share of the time, env-steps/s (ticks of
-episodes actually played, one 0.1 s tick of the whole arena each) and the
-mean episode length. Then the arena's own bound, also timed in this run:
-the env-steps/s of the scorer's own arena program on `--lanes` lanes with
-no policy program, turned into the candidates/min that scoring would reach
-if it cost nothing but those env steps (no compile, no policy). A last line
-gives the batched / one-at-a-time ratio, the raced `candidates_per_min` and
-`kendall_tau`, the gain of playing ahead, and whether the targets (100
-candidates/min raced, tau >= 0.9) were met. Every line carries the load
-average before and after its mode.
+candidates/min, the sandbox's share of the time, env-steps/s (ticks of the
+episodes scored, one 0.1 s tick of the whole arena each; not the episodes
+played ahead for a candidate then dropped) and the mean episode length.
+Then the arena's own bound, also timed in this run: the env-steps/s of the
+scorer's own arena program on `--lanes` lanes with no policy program,
+turned into the candidates/min that scoring would reach if it cost nothing
+but those env steps (no compile, no policy). A last line gives the batched
+/ one-at-a-time ratio, the raced `candidates_per_min` and `kendall_tau`,
+the gain of playing ahead, and whether the targets (100 candidates/min
+raced, tau >= 0.9) were met. Every line carries the load average before
+and after its mode.
 """
 
 from __future__ import annotations
@@ -168,23 +170,28 @@ def _line(result: dict) -> dict:
     return {k: v for k, v in result.items() if not k.startswith("_")}
 
 
-def warm_arenas(scenario: str, lane_counts) -> None:
-    """Compiles the scorer's arena programs (and the tail's) for each lane count, as a long run would have."""
+def warm_arenas(scenario: str, lane_counts, jobs: int) -> None:
+    """Compiles the scorer's arena programs for each lane count and its tail, as a long run would have.
+
+    `jobs`: a batch's episodes, which can cap its lanes. The same arguments as the scorer's
+    (`LanePool`): raw key data and int32 bots, so the same compiles.
+    """
     import jax
 
-    from jaxarena.coder.lanes import MIN_TAIL_LANES, arena_programs, take_lanes
+    from jaxarena.coder.batch_rollout import lane_sets
+    from jaxarena.coder.lanes import arena_programs, take_lanes
     from jaxarena.names import NUM_NPCS
 
     for lanes in lane_counts:
-        sizes = [lanes] + ([lanes // 4] if lanes // 4 >= MIN_TAIL_LANES else [])
+        sizes = lane_sets(lanes, jobs)
         for size in sizes:
             arena = arena_programs(scenario, size)
-            keys = jax.random.split(jax.random.key(0), size)
-            state = arena.restart(arena.empty(), np.ones(size, bool), np.zeros(size, np.int32), keys)
+            keys = np.asarray(jax.random.key_data(jax.random.split(jax.random.key(0), size)))
+            state = arena.restart(arena.empty(), np.ones(size, bool), np.zeros(size, np.int32), jax.device_put(keys))
             state = arena.tick(state, np.zeros((size, NUM_NPCS), np.int32))
             jax.block_until_ready(arena.report(state))
         if len(sizes) > 1:  # the move of the last episodes to the tail's lanes
-            jax.block_until_ready(take_lanes(arena_programs(scenario, lanes).empty(), np.arange(sizes[1])))
+            jax.block_until_ready(take_lanes(arena_programs(scenario, sizes[0]).empty(), np.arange(sizes[1])))
 
 
 def ceiling(config: ScoreConfig, mean_episode_s: float) -> dict:
@@ -252,16 +259,19 @@ def main():
     tiny = dataclasses.replace(config, episodes_per_bot=2, lanes=8)
     measure(sources[:2], args.batch, tiny)
     measure(sources[:2], args.batch, tiny, RaceConfig(first=1))
-    warm_arenas(config.scenario, {args.lanes, min(race.lanes or args.lanes, args.lanes)})
+    batch_jobs = args.batch * len(config.bots) * args.episodes_per_bot
+    warm_arenas(config.scenario, {args.lanes, min(race.lanes or args.lanes, args.lanes)}, batch_jobs)
     # Raced first: any cost still left to the first timed mode then falls on racing, not on full scoring.
     raced = {**common, "mode": "raced", **measure(sources, args.batch, config, race)}
     batched = {**common, "mode": "batched", **measure(sources, args.batch, config)}
     print(json.dumps(_line(batched)), flush=True)
     # The same race with every look waiting for its last episode (no lanes playing ahead).
-    race_in_step = dataclasses.replace(race, speculate=False)
-    in_step = {**common, "mode": "raced_look_by_look", **measure(sources, args.batch, config, race_in_step)}
-    in_step["same_scores_as_raced"] = in_step["_scores"] == raced["_scores"]
-    print(json.dumps(_line(in_step)), flush=True)
+    no_ahead = dataclasses.replace(race, speculate=False)
+    look_by_look = {**common, "mode": "raced_look_by_look", **measure(sources, args.batch, config, no_ahead)}
+    look_by_look["same_scores_as_raced"] = look_by_look["_scores"] == raced["_scores"]
+    print(json.dumps(_line(look_by_look)), flush=True)
+    if not look_by_look["same_scores_as_raced"]:
+        raise RuntimeError("playing ahead changed a score: it must only change the time")
     race_lanes = min(race.lanes or args.lanes, args.lanes)
     raced["race"] = {"first": race.first, "growth": race.growth, "alpha": race.alpha, "lanes": race_lanes}
     raced["looks"] = list(race.looks(args.episodes_per_bot))
@@ -280,8 +290,8 @@ def main():
     summary["full_candidates_per_min"] = batched["candidates_per_min"]
     summary["batched_candidates_per_min"] = batched["candidates_per_min"]
     summary["raced_vs_full"] = round(raced["candidates_per_min"] / batched["candidates_per_min"], 2)
-    summary["raced_look_by_look_candidates_per_min"] = in_step["candidates_per_min"]
-    summary["playing_ahead_gain"] = round(raced["candidates_per_min"] / in_step["candidates_per_min"], 2)
+    summary["raced_look_by_look_candidates_per_min"] = look_by_look["candidates_per_min"]
+    summary["playing_ahead_gain"] = round(raced["candidates_per_min"] / look_by_look["candidates_per_min"], 2)
     summary["episodes_saved"] = round(1 - raced["episodes_share"], 3)
     summary["env_steps_saved"] = round(1 - raced["env_steps_share"], 3)
     if args.one_at_a_time > 0:

@@ -50,7 +50,7 @@ def episode_keys(seed: int, bot: int, episodes: int) -> jax.Array:
 
 
 def make_batch_scorer(policies: Sequence, config: ScoreConfig):
-    """`fn() -> per-job results` (numpy) that plays every policy `episodes_per_bot` times against each bot.
+    """`fn() -> per-job results` (numpy) of every policy's `episodes_per_bot` episodes against each bot.
 
     Jobs are (candidate, bot, episode), candidate-minor so that every candidate
     progresses at the same pace. Returns (fn, jobs) where jobs holds the
@@ -61,11 +61,27 @@ def make_batch_scorer(policies: Sequence, config: ScoreConfig):
     pool = LanePool(policies, config)
     ids = pool.job_ids(cand, bot_of_job, episode)
 
-    def fn():
+    def fn():  # plays on the first call; the pool keeps the results, so later calls only read them
         pool.play(ids)
         return {name: column[ids] for name, column in pool.results.items()}
 
     return fn, {"cand": cand, "bot": bot_of_job}
+
+
+#: Lane counts that are multiples of this run the same vector code, so a job's floats do not depend
+#: on which set of lanes plays it (XLA:CPU vectorises the lane axis by 16 at most).
+LANE_MULTIPLE = 16
+
+
+def lane_sets(lanes: int, jobs: int) -> list[int]:
+    """A pool's lane counts, largest first: at most `lanes` (fewer if `jobs` need fewer), then a quarter.
+
+    The quarter plays the last episodes once nothing is left to hand out, and exists only if it has
+    at least `lanes.MIN_TAIL_LANES`. Both are multiples of `LANE_MULTIPLE` where `lanes` is.
+    """
+    full = min(lanes, -(-jobs // LANE_MULTIPLE) * LANE_MULTIPLE)
+    tail = full // 4 // LANE_MULTIPLE * LANE_MULTIPLE
+    return [full] + ([tail] if tail >= lanes_module.MIN_TAIL_LANES else [])
 
 
 @jax.jit
@@ -82,17 +98,16 @@ class LanePool:
     ids, in order (work a later call is likely to ask for: racing's next look), and the episodes
     still running when the call returns carry over to the next call. A job that ended is not played
     again; its row of `results` holds its outcome, length, damage, action counts and invalid
-    actions. Since every job has its own keys, when and on which lane it is played changes nothing.
+    actions. Every job has its own keys, and the lane counts are multiples of 16 (`lane_sets`), so
+    when and on which lane a job is played changes nothing, to the bit (tested).
 
-    The arena is compiled once per process and lane count, the policy once per pool.
+    The arena is compiled once per process and lane count, the policy once per pool and lane count.
     """
 
     def __init__(self, policies: Sequence, config: ScoreConfig):
         self.episodes = config.episodes_per_bot
         self._per_candidate = NUM_BOTS * self.episodes
-        lanes = min(config.lanes, len(policies) * len(config.bots) * self.episodes)
-        # A quarter of the lanes plays the last episodes once nothing is left to hand out (`play`).
-        sizes = [lanes] + ([lanes // 4] if lanes // 4 >= lanes_module.MIN_TAIL_LANES else [])
+        sizes = lane_sets(config.lanes, len(policies) * len(config.bots) * self.episodes)
         self._arenas = [lanes_module.arena_programs(config.scenario, size) for size in sizes]
         self._policy = lanes_module.policy_program(policies)
         self._chunk_ticks = round(config.chunk_s / 0.1)
@@ -135,6 +150,8 @@ class LanePool:
         required = len(ids) if required is None else required
         if not 0 <= required <= len(ids):
             raise ValueError(f"{required} required of {len(ids)} jobs")
+        if len(ids) and (ids.min() < 0 or ids.max() >= len(self.done) or len(np.unique(ids)) < len(ids)):
+            raise ValueError(f"job ids must be distinct numbers from job_ids, below {len(self.done)}")
         need = ids[:required]
         arena, *smaller = self._arenas
         lanes_state, job = (

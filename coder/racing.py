@@ -55,10 +55,10 @@ class RaceConfig:
       None: those). Every look runs until its longest episode ends (120 s against a bot that is
       never caught), and the early looks hold few jobs, so fewer lanes waste less there
       (docs/coder.md, "Racing", measures 512 and 2,048).
-    speculate: lanes left idle while a look's last episodes end play the next look's episodes of
-      the candidates still racing, so a look does not end in a tail of idle lanes. Those of a
-      candidate dropped at the look are wasted; nothing else changes: the same episodes, decisions
-      and scores either way (tested).
+    speculate: play ahead. Lanes left idle while a look's last episodes end play the next look's
+      episodes of the candidates still racing, so a look does not end in a tail of idle lanes.
+      Those of a candidate dropped at the look are wasted; nothing else changes: the same
+      episodes, decisions and scores either way (tested, on `LanePool`'s lane counts).
     """
 
     first: int = 30
@@ -177,38 +177,41 @@ class _Batch:
         self.singles: list[_Batch] | None = None
         self.failed: dict[int, Score] = {}
 
-    def play(self, racing: set[int], bots: list[int], start: int, stop: int, store: dict, then: int = 0) -> None:
+    def play(self, racing: set[int], bots: list[int], start: int, stop: int, store: dict, ahead_until: int) -> None:
         """Plays episodes [start, stop) against every bot for the members still racing; results into `store`.
 
-        Lanes left idle before the last of them ends play the members' episodes [stop, then), the
-        next look's, which that look then does not play again.
+        Lanes left idle before the last of them ends play ahead: the members' episodes
+        [stop, ahead_until), the next look's, which that look then does not play again.
         """
         live = [c for c in self.members if c in racing and c not in self.failed]
+        if not live:
+            self.pool = None  # every member is out: free its lanes
         if not live or start >= stop:
             return
         if self.singles is not None:
             for single in self.singles:
-                single.play(racing, bots, start, stop, store, then)
+                single.play(racing, bots, start, stop, store, ahead_until)
                 self.failed.update(single.failed)
             return
+        if self.pool is None:
+            self.pool = LanePool([self.policies[c] for c in self.members], self.config)
         local = {c: i for i, c in enumerate(self.members)}
         order = sorted(bots, key=LONGEST_FIRST.index)
 
         def jobs(first: int, end: int) -> np.ndarray:
-            return np.asarray([(local[c], b, e) for b in order for e in range(first, end) for c in live]).reshape(-1, 3)
+            rows = [(local[c], b, e) for b in order for e in range(first, end) for c in live]
+            return np.asarray(rows, np.int64).reshape(-1, 3)
 
         now = jobs(start, stop)
+        ids = self.pool.job_ids(*np.concatenate([now, jobs(stop, ahead_until)]).T)
         try:
-            if self.pool is None:
-                self.pool = LanePool([self.policies[c] for c in self.members], self.config)
-            ids = self.pool.job_ids(*np.concatenate([now, jobs(stop, then)]).T)
             self.pool.play(ids, len(now))
         except Exception as exc:  # noqa: BLE001 - whatever a program raises is the critic's to read
             if len(self.members) == 1:
                 self.failed[self.members[0]] = rollout_error_score(exc)
                 return
-            self.singles = [_Batch([c], self.policies, self.config) for c in self.members]
-            self.play(racing, bots, start, stop, store, then)
+            self.singles, self.pool = [_Batch([c], self.policies, self.config) for c in self.members], None
+            self.play(racing, bots, start, stop, store, ahead_until)
             return
         played = {name: column[ids[: len(now)]] for name, column in self.pool.results.items()}
         for c in live:
@@ -266,9 +269,9 @@ def race_policies(
     racing = set(runnable)
     start = 0
     for look, stop in enumerate(looks):
-        then = looks[look + 1] if race.speculate and look + 1 < len(looks) else stop
+        ahead_until = looks[look + 1] if race.speculate and look + 1 < len(looks) else stop
         for batch in batches:
-            batch.play(racing, bots, start, stop, store, then)
+            batch.play(racing, bots, start, stop, store, ahead_until)
             racing -= set(batch.failed)
         for c in racing:
             played[c] = stop

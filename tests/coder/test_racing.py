@@ -48,10 +48,22 @@ def test_raced_scores_are_full_scorings_on_the_episodes_they_played():
 
 
 @pytest.mark.slow  # two races: over ~10 s on 2 loaded cores
-def test_playing_ahead_changes_no_score():
+def test_playing_ahead_changes_no_score(monkeypatch):
     """Idle lanes play the next look's episodes early; each episode has its own keys, so nothing changes."""
+    from jaxarena.coder.batch_rollout import LanePool
+
+    played_ahead = []
+    play = LanePool.play
+
+    def counting(pool, ids, required=None):
+        play(pool, ids, required)
+        played_ahead.append(int(pool.done[ids[required:]].sum()))  # jobs beyond those asked for, ended
+
+    monkeypatch.setattr(LanePool, "play", counting)
     policies = [translate(RETREAT), translate(RUSH), translate(RUSH.replace("MELEE", "RANGED"))]
     ahead = race_policies(policies, CONFIG, RACE)
+    assert played_ahead[0] > 0  # the first look's lanes did play into the second look
+    monkeypatch.setattr(LanePool, "play", play)
     in_step = race_policies(policies, CONFIG, dataclasses.replace(RACE, speculate=False))
     assert ahead == in_step
     # Two are dropped at the first look, so the episodes played ahead for them are thrown away.

@@ -171,27 +171,48 @@ def test_the_arena_is_compiled_once_for_every_batch():
     assert lanes.arena_programs("paper", 2) is arena and lanes.arena_programs("raid", 2) is not arena
 
 
-@pytest.mark.slow  # two arenas compiled: over ~10 s on 2 cores
-def test_a_pool_plays_ahead_keeps_what_ended_and_carries_the_running_episodes_to_the_next_call():
-    """Lanes idle before the required jobs end take the next ones; a later call neither replays nor changes them."""
-    from jaxarena.coder.batch_rollout import LanePool, _job_queue
+@pytest.mark.slow  # three arenas compiled: over ~10 s on 2 cores
+def test_a_pool_plays_ahead_keeps_what_ended_and_carries_the_running_episodes_to_the_next_call(monkeypatch):
+    """Lanes idle before the required jobs end take the next ones; a later call neither replays nor changes them.
 
+    With a 16-lane tail (`MIN_TAIL_LANES` lowered), the second call hands out all its jobs, moves
+    to the tail and may end there with episodes played ahead still running: the third call plays
+    them again from the start, to the same result.
+    """
+    from jaxarena.coder import lanes
+    from jaxarena.coder.batch_rollout import LanePool, _job_queue, lane_sets
+
+    monkeypatch.setattr(lanes, "MIN_TAIL_LANES", 16)
+    moves = []
+    take_lanes = lanes.take_lanes
+    monkeypatch.setattr(lanes, "take_lanes", lambda state, keep: moves.append(len(keep)) or take_lanes(state, keep))
     policies = [translate(RUSH), translate(KITE)]
-    config = ScoreConfig(episodes_per_bot=24, bots=("aggressive", "balanced"), lanes=32, seed=5, chunk_s=2.0)
+    config = ScoreConfig(episodes_per_bot=48, bots=("aggressive", "balanced"), lanes=64, seed=5, chunk_s=2.0)
+    assert lane_sets(config.lanes, 192) == [64, 16]
     pool = LanePool(policies, config)
-    ids = pool.job_ids(*_job_queue(2, [bot_index(b) for b in config.bots], 24))
+    ids = pool.job_ids(*_job_queue(2, [bot_index(b) for b in config.bots], 48))
     pool.play(ids, 8)
     assert pool.done[ids[:8]].all() and pool.done[ids[8:]].any() and not pool.done[ids].all()
     running = pool._job[pool._job >= 0]
     assert len(running) and not pool.done[running].any()  # episodes still running, kept for the next call
-    ended_early = pool.done.copy()
+    pool.play(ids[:150], 140)
+    assert pool.done[ids[:140]].all()
+    assert moves == [16]  # the second call moved to the tail's lanes
     pool.play(ids)
     whole = LanePool(policies, dataclasses.replace(config, lanes=len(ids), chunk_s=120.0))  # one lane per job
     whole.play(ids)
     assert pool.done[ids].all() and whole.done[ids].all()
     for name in ("outcome", "t", "damage_dealt", "damage_taken", "counts", "invalid"):
         np.testing.assert_array_equal(pool.results[name][ids], whole.results[name][ids], err_msg=name)
-    assert ended_early[ids].sum() > 8
+
+
+def test_lane_sets_are_multiples_of_16_and_never_more_than_asked():
+    from jaxarena.coder.batch_rollout import lane_sets
+
+    assert lane_sets(2048, 12_000) == [2048, 512]
+    assert lane_sets(2048, 300) == [304, 64]  # as many as the jobs, rounded up; a quarter rounded down
+    assert lane_sets(512, 200) == [208]  # a quarter (48) would be under MIN_TAIL_LANES
+    assert lane_sets(4, 6) == [4]  # never more than asked, even off the multiple
 
 
 def test_a_pool_refuses_jobs_it_does_not_hold():
@@ -204,6 +225,10 @@ def test_a_pool_refuses_jobs_it_does_not_hold():
         pool.job_ids([1], [0], [0])
     with pytest.raises(ValueError, match="3 required of 2 jobs"):
         pool.play(pool.job_ids([0, 0], [0, 0], [0, 1]), 3)
+    with pytest.raises(ValueError, match="distinct"):
+        pool.play(pool.job_ids([0, 0], [0, 0], [1, 1]))
+    with pytest.raises(ValueError, match="distinct"):
+        pool.play([-1])
 
 
 @pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
