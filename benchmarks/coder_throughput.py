@@ -173,8 +173,8 @@ def _line(result: dict) -> dict:
 def warm_arenas(scenario: str, lane_counts, jobs: int) -> None:
     """Compiles the scorer's arena programs for each lane count and its tail, as a long run would have.
 
-    `jobs`: a batch's episodes, which can cap its lanes. The same arguments as the scorer's
-    (`LanePool`): raw key data and int32 bots, so the same compiles.
+    `jobs`: a batch's episodes, which can cap its lanes. The same argument types as the scorer's
+    (`LanePool`): int32 bots and raw key data, so the same compiles.
     """
     import jax
 
@@ -186,8 +186,8 @@ def warm_arenas(scenario: str, lane_counts, jobs: int) -> None:
         sizes = lane_sets(lanes, jobs)
         for size in sizes:
             arena = arena_programs(scenario, size)
-            keys = np.asarray(jax.random.key_data(jax.random.split(jax.random.key(0), size)))
-            state = arena.restart(arena.empty(), np.ones(size, bool), np.zeros(size, np.int32), jax.device_put(keys))
+            keys = jax.random.key_data(jax.random.split(jax.random.key(0), size))
+            state = arena.restart(arena.empty(), np.ones(size, bool), np.zeros(size, np.int32), keys)
             state = arena.tick(state, np.zeros((size, NUM_NPCS), np.int32))
             jax.block_until_ready(arena.report(state))
         if len(sizes) > 1:  # the move of the last episodes to the tail's lanes
@@ -207,7 +207,7 @@ def ceiling(config: ScoreConfig, mean_episode_s: float) -> dict:
     from jaxarena.names import MOVE_TO_BOT, NUM_NPCS, bot_index
 
     arena = arena_programs(config.scenario, config.lanes)
-    keys = jax.random.split(jax.random.key(1), config.lanes)
+    keys = jax.random.key_data(jax.random.split(jax.random.key(1), config.lanes))
     evasive = np.full(config.lanes, bot_index("evasive"), np.int32)
     walk = jnp.full((config.lanes, NUM_NPCS), MOVE_TO_BOT, jnp.int32)
     lanes = jax.block_until_ready(arena.restart(arena.empty(), np.ones(config.lanes, bool), evasive, keys))

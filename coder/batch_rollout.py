@@ -113,7 +113,7 @@ class LanePool:
         self._chunk_ticks = round(config.chunk_s / 0.1)
         bot, episode = np.divmod(np.arange(self._per_candidate), self.episodes)
         # The one episode runner's key of each (bot, episode), in job-id order within a candidate: raw
-        # key data, so the host picks the lanes' keys in numpy (`lanes.typed_keys`).
+        # key data, so the host picks the lanes' keys in numpy (what `lanes`' programs take).
         self._keys = np.asarray(jax.random.key_data(_runner_keys(jax.random.key(config.seed), bot, episode)))
         size = len(policies) * self._per_candidate
         self.results = {

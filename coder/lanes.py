@@ -51,8 +51,8 @@ def arena_programs(scenario: str, lanes: int) -> LaneArena:
     """The jitted arena side of `lanes` lanes, compiled once per process:
 
     - `restart(lanes_state, take, bot_type, runner_keys)`: the lanes where `take` start a fresh
-      episode against `bot_type` (per lane) from `runner_keys` (typed keys, or their raw
-      `key_data`, which the host indexes in numpy); the others are kept.
+      episode against `bot_type` (per lane) from `runner_keys`, raw key data
+      (`jax.random.key_data`, which the host indexes in numpy); the others are kept.
     - `tick(lanes_state, actions)`: one tick of every lane still playing; an ended episode stays
       as it ended. It counts each living NPC's actions and those outside 0..5.
     - `report(lanes_state)`: per lane (finished, outcome, t, damage dealt, damage taken, action
@@ -77,7 +77,7 @@ def arena_programs(scenario: str, lanes: int) -> LaneArena:
         }
 
     def restart(lanes_state, take, bot_type, runner_keys):
-        new = fresh(bot_type, typed_keys(runner_keys))
+        new = fresh(bot_type, jax.random.wrap_key_data(runner_keys))
         # Leaves carry the lane first (obs, counts) or last (the arena state).
         pick = lambda a, b: jnp.where(take.reshape(take.shape + (1,) * (a.ndim - 1)), a, b)  # noqa: E731
         out = {k: jax.tree.map(pick, new[k], lanes_state[k]) for k in new if k != "state"}
@@ -133,7 +133,7 @@ def take_lanes(lanes_state: dict, index: jax.Array) -> dict:
 def policy_program(policies: Sequence):
     """The jitted `fn(cand, obs, runner_keys, t) -> actions (lanes, 5)`: lane i plays `policies[cand[i]]`.
 
-    `runner_keys` are typed keys or their raw `key_data`, as for `restart`.
+    `runner_keys` are raw key data, as for `restart`.
 
     `lax.switch` over the lane's candidate index is a select under vmap, so every lane computes
     every program of the batch (hence small batches, `ScoreConfig.batch`).
@@ -146,16 +146,9 @@ def policy_program(policies: Sequence):
             return checked_actions(branches[0](obs, key))
         return checked_actions(jax.lax.switch(index, branches, obs, key))
 
-    return jax.jit(lambda cand, obs, runner_keys, t: jax.vmap(one_lane)(cand, obs, typed_keys(runner_keys), t))
-
-
-def typed_keys(keys: jax.Array) -> jax.Array:
-    """Typed PRNG keys from typed keys or their raw `jax.random.key_data` (decided by dtype, at trace time).
-
-    The host loop picks each lane's key from a numpy table of raw key data: indexing a device array
-    of keys from the host costs about a millisecond per chunk, numpy's a few microseconds.
-    """
-    return keys if jnp.issubdtype(keys.dtype, jax.dtypes.prng_key) else jax.random.wrap_key_data(keys)
+    # Raw key data in: the host picks each lane's key from a numpy table, where indexing a device
+    # array of typed keys cost about a millisecond per chunk.
+    return jax.jit(lambda cand, obs, raw_keys, t: jax.vmap(one_lane)(cand, obs, jax.random.wrap_key_data(raw_keys), t))
 
 
 def _int_actions(policy):

@@ -106,10 +106,11 @@ def test_every_episode_is_the_one_episode_runners_to_rounding():
     bot = np.asarray([0, 0, 1, 1, 2, 2, 0, 0, 1, 1, 2, 2, 0, 1, 2, 1], np.int32)
     job_keys = episode_keys(5, 0, 16)
     runner_keys = jax.vmap(lambda k: jax.random.split(k, 1)[0])(job_keys)
+    raw_keys = jax.random.key_data(runner_keys)  # what the lanes' programs take
     arena, policy = arena_programs("paper", 16), policy_program(policies)
-    lanes = arena.restart(arena.empty(), np.ones(16, bool), bot, runner_keys)
+    lanes = arena.restart(arena.empty(), np.ones(16, bool), bot, raw_keys)
     for _ in range(20):
-        lanes = arena.tick(lanes, policy(jnp.asarray(cand), lanes["obs"], runner_keys, lanes["state"].t))
+        lanes = arena.tick(lanes, policy(jnp.asarray(cand), lanes["obs"], raw_keys, lanes["state"].t))
     runs = [make_runner(env, params, p, 0, 1, num_periods=1) for p in policies]
     lane_jobs = zip(cand, bot, job_keys, strict=True)
     finals = [runs[c](None, params.replace(bot_type=int(b)), k).final_state for c, b, k in lane_jobs]
@@ -142,7 +143,8 @@ def test_a_lane_starts_as_the_runners_episode():
     arena = arena_programs("paper", 4)
     runner_keys = jax.random.split(jax.random.key(3), 4)
     bot_type = np.asarray([0, 1, 2, 1], np.int32)
-    lanes = arena.restart(arena.empty(), np.ones(4, bool), bot_type, runner_keys)
+    raw_keys = jax.random.key_data(runner_keys)  # what the lanes' programs take
+    lanes = arena.restart(arena.empty(), np.ones(4, bool), bot_type, raw_keys)
     env, params = jaxarena.make("Arena-v0", decision_period_s=1.0)
     reset = jax.vmap(lambda k, b: env.reset(jax.random.fold_in(k, 0), params.replace(bot_type=b)))
     obs, state = reset(runner_keys, jnp.asarray(bot_type))
@@ -152,7 +154,7 @@ def test_a_lane_starts_as_the_runners_episode():
     def noisy(params, obs, key):  # the key decides every action: a wrong key shows
         return jax.random.randint(key, obs.shape[:-1], 0, 6)
 
-    actions = policy_program([noisy])(jnp.zeros(4, jnp.int32), lanes["obs"], runner_keys, lanes["state"].t)
+    actions = policy_program([noisy])(jnp.zeros(4, jnp.int32), lanes["obs"], raw_keys, lanes["state"].t)
     first_keys = jax.vmap(lambda k: jax.random.split(jax.random.fold_in(k, 1))[0])(runner_keys)
     chex.assert_trees_all_equal(actions, jax.vmap(lambda o, k: noisy(None, o, k))(obs, first_keys))
     assert not np.array_equal(actions[0], actions[1])
