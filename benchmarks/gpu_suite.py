@@ -16,12 +16,15 @@ or a hang costs that step only, and each step gets the whole accelerator):
   llm_gguf         the same for `--gguf PATH` (a 7B GGUF, say), only when given
   protocol_cold    the default protocol (A and B, 600 episodes), LLM in the graph, no cache
                    (`protocol_timing.py --skip-host`)
+  coder_racing     the coder's candidates/min, raced and fully scored, with the Kendall tau between
+                   them (`coder_throughput.py`); outside the 8 minutes, so only with `--only`
 
 `--mode auto` (the default) picks `gpu` when JAX sees a GPU and `smoke` otherwise: the same steps at
 sizes a CPU finishes in a few minutes, to check the suite itself. Every JSON line a step prints is
 appended to `OUT/results.jsonl` (tagged with the step) as soon as the step ends, and `OUT/results.md`,
 a markdown table of the headline figures, is rewritten after each step, so a killed suite keeps
-what it finished. `--only STEP ...` runs a subset. Exits 1 if any step failed or timed out.
+what it finished. `--only STEP ...` runs a subset (and the opt-in `coder_racing`). Exits 1 if any
+step failed or timed out.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class Step:
     headline: Callable[[list[dict]], str]
     needs_gguf: bool = False
     smoke_cap_s: int = 600
+    opt_in: bool = False  # run only when named in --only
 
 
 @dataclass
@@ -115,6 +119,16 @@ def tuning_headline(lines: list[dict]) -> str:
 def protocol_headline(lines: list[dict]) -> str:
     rows = [r for r in lines if "run" in r and "process_wall_s" in r]
     return ", ".join(f"{r['run']}: {r['process_wall_s']} s (compile {r['compile_s']} s)" for r in rows)
+
+
+def coder_headline(lines: list[dict]) -> str:
+    s = next((r for r in reversed(lines) if r.get("mode") == "summary"), None)
+    if s is None:
+        return ""
+    return (
+        f"raced {s['candidates_per_min']} candidates/min (full scoring {s['full_candidates_per_min']}, "
+        f"tau {s['kendall_tau']}, the arena alone {s['env_ceiling_candidates_per_min']})"
+    )
 
 
 LLM_SMOKE = [
@@ -188,6 +202,17 @@ STEPS = (
         120,
         llm_headline,
         needs_gguf=True,
+    ),
+    # 32 programs x 3,000 episodes, raced and fully scored: racing's target (100/min) unmet on 2 CPU cores.
+    Step(
+        "coder_racing",
+        "coder_throughput.py",
+        ["--one-at-a-time", "0", "--keep-xla-flags", "--lanes", "8192", "--race-lanes", "2048"],
+        ["--candidates", "4", "--batch", "2", "--one-at-a-time", "0", "--episodes-per-bot", "16", "--lanes", "64"]
+        + ["--race-first", "8", "--race-lanes", "32"],
+        300,
+        coder_headline,
+        opt_in=True,
     ),
 )
 STEP_NAMES = tuple(s.name for s in STEPS)
@@ -272,7 +297,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     mode = detect_mode() if args.mode == "auto" else args.mode
-    steps = {s.name: s for s in STEPS if args.only is None or s.name in args.only}
+    steps = {s.name: s for s in STEPS if (s.name in args.only if args.only else not s.opt_in)}
     start, outcomes = time.perf_counter(), []
     with open(out / "results.jsonl", "a") as log:
         for step in steps.values():

@@ -92,6 +92,13 @@ CASES = [
         ValueError,
     ),
     ("jaxarena-tune-llm", ["glance-play", "--tables", "A", "--episodes", "0"], ["--episodes must be at least 1"], None),
+    (
+        "jaxarena-tune-llm",
+        ["glance-regret", "--seed", "3", "--confirm-seed", "3"],
+        ["--confirm-seed must differ from --seed"],
+        None,
+    ),
+    ("jaxarena-tune-llm", ["glance-regret", "--tables", "AAAR"], ["'AAAR' has 4"], ValueError),
     ("demo.py", ["--episodes", "0"], ["--episodes must be at least 1"], None),
 ]
 

@@ -58,3 +58,19 @@ def test_whole_smoke_suite_passes_on_cpu(tmp_path):
     for step in status:  # each step's headline cell is filled from its own lines
         row = next(line for line in table.splitlines() if line.startswith(f"| {step} |"))
         assert row.split("|")[4].strip(), row
+
+
+@pytest.mark.slow
+def test_coder_racing_runs_only_when_named_and_reports_its_targets(tmp_path, monkeypatch):
+    done, lines, table = run_suite(tmp_path, "--only", "coder_racing")
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = next(r for r in lines if r.get("mode") == "summary" and r.get("suite_step") == "coder_racing")
+    assert summary["candidates_per_min"] > 0 and -1 <= summary["kendall_tau"] <= 1
+    assert "| coder_racing | ok |" in table and "raced " in table and "tau " in table
+    from importlib.util import module_from_spec, spec_from_file_location
+
+    spec = spec_from_file_location("gpu_suite", SUITE)
+    suite = module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "gpu_suite", suite)  # its dataclasses look their module up there
+    spec.loader.exec_module(suite)
+    assert [s.name for s in suite.STEPS if s.opt_in] == ["coder_racing"]  # so the whole suite leaves it out

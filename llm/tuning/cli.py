@@ -9,6 +9,7 @@
     jaxarena-tune-llm look-first --out runs/raid-look-first         # ... and a faster decision period
     jaxarena-tune-llm glance --out runs/raid-glance                 # the LLM learns the glance prompt from play
     jaxarena-tune-llm glance-play --tables smollm2-raid-glance --out runs/glance-play   # what glance tables win
+    jaxarena-tune-llm glance-regret --tables smollm2-raid-glance --out runs/glance-regret   # what one change adds
 
 `data`, `train` and `glance` resume: run the same command again after an interruption.
 Errors are one line with what to do; `--debug` shows the traceback.
@@ -132,8 +133,8 @@ def _evaluate(args) -> None:
 
 
 def _play_readers(args, run, markdown, name: str, counts: tuple[str, ...] = ("episodes",), **kwargs) -> None:
-    """`history-bound`, `look-first` and `glance-play`: check the episode counts, play, print the table, say where
-    it went."""
+    """`history-bound`, `look-first`, `glance-play` and `glance-regret`: check the episode counts, play, print the
+    table, say where it went."""
     from jaxarena.cli_errors import UserError
 
     for field in counts:
@@ -187,21 +188,41 @@ def _glance(args) -> None:
     print(f"written to {args.out}/glance.json, glance.md, curves.png and the adapter to {args.out}/adapter")
 
 
-def _glance_play(args) -> None:
-    from .glance_play import is_written_table, markdown, run_glance_play
+def _check_tables(tables) -> None:
+    """An adapter's answers come from the embedded model: stop before any play if its weights are missing."""
+    from .glance_play import is_written_table
 
-    if not all(map(is_written_table, args.tables)):
-        # An adapter's answers come from the embedded model: stop before any play if its weights are missing.
+    if not all(map(is_written_table, tables)):
         from ..backends.embedded import EmbeddedBackend
         from ..preflight import preflight
 
         preflight(EmbeddedBackend())
+
+
+def _glance_play(args) -> None:
+    from .glance_play import markdown, run_glance_play
+
+    _check_tables(args.tables)
     _play_readers(args, run_glance_play, markdown, "glance_play", tables=args.tables)
 
 
+def _glance_regret(args) -> None:
+    from jaxarena.cli_errors import UserError
+
+    from .glance_regret import markdown, run_glance_regret
+
+    confirm = args.seed + 1 if args.confirm_seed is None else args.confirm_seed
+    if confirm == args.seed:
+        raise UserError(
+            f"--confirm-seed must differ from --seed (both {confirm}): the best change is confirmed on other keys"
+        )
+    _check_tables(args.tables)
+    _play_readers(args, run_glance_regret, markdown, "glance_regret", tables=args.tables, confirm_seed=confirm)
+
+
 def _reader_args(p, name: str, held_out: bool) -> None:
-    """The arguments `history-bound`, `look-first` and `glance-play` share: the squad, its arena, the episodes,
-    the output."""
+    """The arguments `history-bound`, `look-first`, `glance-play` and `glance-regret` share: the squad, its arena,
+    the episodes, the output."""
     which = "held-out " if held_out else ""
     p.add_argument("--scenario", default="raid")
     p.add_argument("--policy", default="B-obey-raid")
@@ -214,6 +235,31 @@ def _reader_args(p, name: str, held_out: bool) -> None:
     )
     p.add_argument("--seed", type=int, default=0, help=f"the protocol's seed of the {which}episodes")
     p.add_argument("--out", required=True, help=f"directory for {name}.json and {name}.md")
+
+
+def _table_parsers(sub) -> None:
+    """`glance-play` and `glance-regret`: glance tables played, and their one-answer neighbours."""
+    g = sub.add_parser(
+        "glance-play",
+        help="what glance tables are worth: each table (18 tag initials, or a glance adapter's most likely "
+        "answers) played beside always Aggressive on paired episodes",
+    )
+    g.add_argument("--tables", nargs="+", required=True, help="tables: e.g. AAAAAAAAAAAAAARFAF, or adapter names")
+    _reader_args(g, "glance_play", held_out=False)
+    g.set_defaults(fn=_glance_play, episodes=1000, needs_llm=False)  # an adapter named in --tables checks itself
+
+    r = sub.add_parser(
+        "glance-regret",
+        help="a glance table's regret: every one-answer change in the cells its games reach, played beside it on "
+        "paired episodes; the best change per bot confirmed on other keys (always Aggressive, the stock LLM's "
+        "table, is measured too)",
+    )
+    r.add_argument("--tables", nargs="*", default=[], help="tables: e.g. AAAAAAAAAAAAAARFAF, or adapter names")
+    r.add_argument(
+        "--confirm-seed", type=int, help="the protocol's seed of the confirming episodes (default: --seed + 1)"
+    )
+    _reader_args(r, "glance_regret", held_out=False)
+    r.set_defaults(fn=_glance_regret, episodes=1000, needs_llm=False)
 
 
 def _glance_parser(sub) -> None:
@@ -328,14 +374,7 @@ def parser() -> argparse.ArgumentParser:
 
     _glance_parser(sub)
 
-    g = sub.add_parser(
-        "glance-play",
-        help="what glance tables are worth: each table (18 tag initials, or a glance adapter's most likely "
-        "answers) played beside always Aggressive on paired episodes",
-    )
-    g.add_argument("--tables", nargs="+", required=True, help="tables: e.g. AAAAAAAAAAAAAARFAF, or adapter names")
-    _reader_args(g, "glance_play", held_out=False)
-    g.set_defaults(fn=_glance_play, episodes=1000, needs_llm=False)  # an adapter named in --tables checks itself
+    _table_parsers(sub)
     return p
 
 

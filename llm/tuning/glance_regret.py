@@ -1,0 +1,232 @@
+"""A glance table's regret, measured in play: what the best change of one answer would still add.
+
+The oracle prices a tag held from a 5 s decision point to the episode's end
+(docs/oracle.md). That describes no answer of a chooser that decides every
+0.2 s, so it cannot price the glance LLM's decisions. A glance chooser is its
+table (cell -> tag), and its regret here is the win probability that the best
+table one answer away would add, per bot:
+
+1. Selection, on the protocol's keys of `seed`: the table, and every table
+   that differs from it in one answer, in a cell the table's own games glanced
+   in, are played on the same paired episodes. A change in a cell the games
+   never reach plays the same episodes, so it adds exactly nothing and is not
+   played.
+2. Confirmation, on the keys of `confirm_seed`: the change that added the most
+   is played again beside the table. Taken on the selection keys alone, the
+   largest of some thirty noisy differences would overstate it.
+
+The confirmed gain, floored at zero, is the regret. It is zero where no single
+change helps (and where no change gains on the selection keys, nothing is
+confirmed), which is what a table trained on the game's reward should reach.
+The stock LLM answers Aggressive to every glance prompt, so its regret is
+always Aggressive's.
+
+Per bot, the best change may be one that costs another bot (on `raid`,
+flanking the balanced bot at range lets the evasive one run). That is the
+regret of a chooser told which bot it faces, as the oracle's is. A chooser
+that reads only its prompt cannot take such a change, so the *bot-blind*
+regret takes the one change with the largest mean gain over the bots and
+confirms it against all of them together.
+
+This is the regret of the whole table against its neighbours (every decision
+in the changed cell changes), not a per-decision price.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from jaxarena.names import NPC_WIN, NUM_TAGS, TAG_NAMES
+
+from ..glance import AGGRESSIVE, GLANCE_PERIOD_S, NUM_GLANCE_CELLS, glance_prompt, glance_source, initial_carry
+from .glance_play import initials, parse_table
+from .glance_report import played_on
+from .history_bound import squad_runner, write_result
+
+STOCK = "always Aggressive"
+
+
+def visited_cells(result) -> dict[int, float]:
+    """{cell: share of the decisions made in it}, over the glances the episodes really made."""
+    cells = np.asarray(result.decision_aux)[np.asarray(result.decision_active)]
+    counts = np.bincount(cells, minlength=NUM_GLANCE_CELLS)
+    return {int(c): float(counts[c] / counts.sum()) for c in np.flatnonzero(counts)}
+
+
+def neighbours(table: np.ndarray, cells) -> list[tuple[int, int, np.ndarray]]:
+    """(cell, tag, table with that one answer changed) for every other answer in each of `cells`."""
+    out = []
+    for cell in cells:
+        for tag in range(NUM_TAGS):
+            if tag != table[cell]:
+                changed = table.copy()
+                changed[cell] = tag
+                out.append((cell, tag, changed))
+    return out
+
+
+def _wins(result) -> np.ndarray:
+    return np.asarray(result.outcome == NPC_WIN, np.float64)
+
+
+def selection_gains(play, table: np.ndarray, bot: str, seed: int) -> tuple[dict, dict]:
+    """(the table's row against `bot`, {(cell, tag): paired win-rate gain of that one change}) on `seed`'s keys.
+
+    Only the cells the table's games glanced in are played; a change anywhere else gains exactly 0.
+    """
+    own = play(bot, seed, table)
+    base, visits = _wins(own), visited_cells(own)
+    gains = {
+        (c, t): float(np.mean(_wins(play(bot, seed, changed)) - base)) for c, t, changed in neighbours(table, visits)
+    }
+    return {"win_pct": 100 * float(base.mean()), "visited_cells": visits, "changes_played": len(gains)}, gains
+
+
+def confirmed_change(play, table, gains: dict, bots, *, confirm_seed: int, n_boot: int) -> dict:
+    """The change with the largest gain in `gains`, played beside `table` against `bots` on `confirm_seed`'s keys.
+
+    Returns {"best_change": its record or None, "regret_pct": the confirmed gain floored at 0}. Against several
+    bots the gain is the mean over them (the episodes pooled, as many per bot).
+    """
+    from jaxarena.protocol.stats import paired_bootstrap_diff
+
+    (cell, tag), gain = max(gains.items(), key=lambda item: item[1], default=((None, None), 0.0))
+    if gain <= 0:  # no glance was made, or no change wins more on the selection keys: nothing to confirm
+        return {"best_change": None, "regret_pct": 0.0}
+    changed = table.copy()
+    changed[cell] = tag
+    new = np.concatenate([_wins(play(bot, confirm_seed, changed)) for bot in bots])
+    old = np.concatenate([_wins(play(bot, confirm_seed, table)) for bot in bots])
+    confirmed = paired_bootstrap_diff(new, old, n_boot=n_boot, seed=confirm_seed)
+    change = {
+        "cell": cell,
+        "prompt": glance_prompt(cell),
+        "from": TAG_NAMES[int(table[cell])],
+        "to": TAG_NAMES[tag],
+        "selection_gain_pct": 100 * gain,
+        "confirmed_gain_pct": [100 * float(x) for x in confirmed],
+    }
+    return {"best_change": change, "regret_pct": max(0.0, 100 * float(confirmed[0]))}
+
+
+def table_regret(play, table: np.ndarray, bots, *, seed: int, confirm_seed: int, n_boot: int, progress) -> dict:
+    """One table's regret against each bot, and against the bots together (one change for all of them: what a
+    chooser that cannot tell the bots apart could still gain); `play(bot, seed, table) -> RolloutResult`."""
+    rows, gains = {}, {}
+    for bot in bots:
+        rows[bot], gains[bot] = selection_gains(play, table, bot, seed)
+        rows[bot] |= confirmed_change(play, table, gains[bot], [bot], confirm_seed=confirm_seed, n_boot=n_boot)
+        progress(f"  vs {bot}: {rows[bot]['changes_played']} changes played, regret {rows[bot]['regret_pct']:.1f} pp")
+    changes = set().union(*gains.values())
+    mean_gains = {change: float(np.mean([gains[bot].get(change, 0.0) for bot in bots])) for change in changes}
+    blind = confirmed_change(play, table, mean_gains, bots, confirm_seed=confirm_seed, n_boot=n_boot)
+    return {
+        "table": initials(table),
+        "bots": rows,
+        "mean_regret_pct": float(np.mean([rows[bot]["regret_pct"] for bot in bots])),
+        "bot_blind": blind,
+    }
+
+
+def measure(
+    specs: Sequence[str],
+    *,
+    scenario: str,
+    policy_spec: str,
+    bots: Sequence[str],
+    episodes: int,
+    seed: int,
+    confirm_seed: int,
+    n_boot: int = 10_000,
+    progress=print,
+) -> dict:
+    """The regret of always Aggressive (the stock LLM's table) and of every table in `specs`: per bot, their mean,
+    and that of one change for every bot; each beside the stock table's."""
+    if seed == confirm_seed:
+        raise ValueError(f"the confirming episodes must be other keys than the selection's; both are seed {seed}")
+    tables = {STOCK: np.full(NUM_GLANCE_CELLS, AGGRESSIVE, np.int32)} | {s: parse_table(s) for s in specs}
+    run = squad_runner(scenario, policy_spec, episodes, bots, glance_source(), decision_period_s=GLANCE_PERIOD_S)
+
+    def play(bot, key_seed, table):
+        return run(bot, key_seed, initial_carry(table, episodes))
+
+    readers = {}
+    for name, table in tables.items():
+        progress(f"{name} ({initials(table)}):")
+        readers[name] = table_regret(
+            play, table, bots, seed=seed, confirm_seed=confirm_seed, n_boot=n_boot, progress=progress
+        )
+    stock = readers[STOCK]
+    for row in readers.values():
+        row["mean_regret_over_stock"] = _ratio(row["mean_regret_pct"], stock["mean_regret_pct"])
+        row["bot_blind_over_stock"] = _ratio(row["bot_blind"]["regret_pct"], stock["bot_blind"]["regret_pct"])
+    return {
+        "scenario": scenario,
+        "policy": policy_spec,
+        "episodes": episodes,
+        "seed": seed,
+        "confirm_seed": confirm_seed,
+        "decision_period_s": GLANCE_PERIOD_S,
+        "bots": list(bots),
+        "readers": readers,
+    }
+
+
+def _ratio(regret: float, stock: float) -> float | None:
+    return regret / stock if stock > 0 else None
+
+
+def _fmt_ratio(ratio: float | None) -> str:
+    return "–" if ratio is None else f"{ratio:.2f}x"
+
+
+def _change_cell(row: dict) -> str:
+    change = row["best_change"]
+    if change is None:
+        return "**0.0**: " + ("no glance made" if row.get("changes_played") == 0 else "no change gains")
+    d = change["confirmed_gain_pct"]
+    return (
+        f"**{row['regret_pct']:.1f}**: cell {change['cell']} {change['from'][0]} → {change['to'][0]}, "
+        f"{change['selection_gain_pct']:+.1f} then {d[0]:+.1f} [{d[1]:+.1f}, {d[2]:+.1f}]"
+    )
+
+
+def markdown(result: dict) -> str:
+    bots = result["bots"]
+    lines = [
+        played_on(result, held_out="")
+        + " Every one-answer change of a table, in the cells its games glanced in, is played on them; the best one "
+        f"per bot again on the keys of seed {result['confirm_seed']}.",
+        "",
+        "| table | " + " | ".join(bots) + " | mean over the bots (over the stock LLM's) | one change for every bot |",
+        "|---|" + "---|" * (len(bots) + 2),
+    ]
+    for name, row in result["readers"].items():
+        cells = " | ".join(_change_cell(row["bots"][bot]) for bot in bots)
+        label = name if name == row["table"] else f"{name} ({row['table']})"
+        blind = _change_cell(row["bot_blind"]) + f" ({_fmt_ratio(row['bot_blind_over_stock'])})"
+        mean = f"**{row['mean_regret_pct']:.1f}** ({_fmt_ratio(row['mean_regret_over_stock'])})"
+        lines.append(f"| {label} | {cells} | {mean} | {blind} |")
+    lines += [
+        "",
+        "Each bot's cell: the regret (pp of win probability, the confirmed gain floored at 0); the best change "
+        "(cell, old → new answer); its gain on the selection episodes, then on the confirming ones [95% CI]. "
+        "The last column: the one change with the largest mean gain over the bots, confirmed on all of them "
+        "together; what a chooser that cannot tell the bots apart could still gain.",
+        "",
+        "| cell | glance prompt |",
+        "|---|---|",
+    ]
+    rows = [r for row in result["readers"].values() for r in (*row["bots"].values(), row["bot_blind"])]
+    cells = sorted({r["best_change"]["cell"] for r in rows if r["best_change"]})
+    lines += [f"| {c} | {glance_prompt(c)} |" for c in cells]
+    return "\n".join(lines) + "\n"
+
+
+def run_glance_regret(*, out: str, tables, **kwargs) -> dict:
+    """`measure(tables, **kwargs)`, written to OUT/glance_regret.json and .md."""
+    result = measure(tables, **kwargs)
+    write_result(out, "glance_regret", result, markdown)
+    return result
