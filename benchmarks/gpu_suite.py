@@ -17,14 +17,15 @@ or a hang costs that step only, and each step gets the whole accelerator):
   protocol_cold    the default protocol (A and B, 600 episodes), LLM in the graph, no cache
                    (`protocol_timing.py --skip-host`)
   coder_racing     the coder's candidates/min, raced and fully scored, with the Kendall tau between
-                   them (`coder_throughput.py`); outside the 8 minutes, so only with `--only`
+                   them (`coder_throughput.py`); only with `--only`, and then outside the 8 minutes
+                   when it runs alone (the steps named together share the budget)
 
 `--mode auto` (the default) picks `gpu` when JAX sees a GPU and `smoke` otherwise: the same steps at
 sizes a CPU finishes in a few minutes, to check the suite itself. Every JSON line a step prints is
 appended to `OUT/results.jsonl` (tagged with the step) as soon as the step ends, and `OUT/results.md`,
 a markdown table of the headline figures, is rewritten after each step, so a killed suite keeps
-what it finished. `--only STEP ...` runs a subset (and the opt-in `coder_racing`). Exits 1 if any
-step failed or timed out.
+what it finished. `--only STEP ...` runs the named steps only; `coder_racing` runs only when named
+there. Exits 1 if any step failed or timed out.
 """
 
 from __future__ import annotations
@@ -218,6 +219,11 @@ STEPS = (
 STEP_NAMES = tuple(s.name for s in STEPS)
 
 
+def selected_steps(only: list[str] | None) -> list[Step]:
+    """The steps `--only` names, in the suite's order; without it, every step that is not opt-in."""
+    return [s for s in STEPS if (s.name in only if only else not s.opt_in)]
+
+
 def detect_mode() -> str:
     """`gpu` if JAX sees one. Asked in a child process: importing JAX here would hold GPU memory."""
     probe = "import jax; print(jax.default_backend())"
@@ -297,7 +303,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     mode = detect_mode() if args.mode == "auto" else args.mode
-    steps = {s.name: s for s in STEPS if (s.name in args.only if args.only else not s.opt_in)}
+    steps = {s.name: s for s in selected_steps(args.only)}
     start, outcomes = time.perf_counter(), []
     with open(out / "results.jsonl", "a") as log:
         for step in steps.values():

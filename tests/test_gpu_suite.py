@@ -23,6 +23,23 @@ def run_suite(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess,
     return done, lines, (tmp_path / "results.md").read_text()
 
 
+def load_suite(monkeypatch):
+    from importlib.util import module_from_spec, spec_from_file_location
+
+    spec = spec_from_file_location("gpu_suite", SUITE)
+    suite = module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "gpu_suite", suite)  # its dataclasses look their module up there
+    spec.loader.exec_module(suite)
+    return suite
+
+
+def test_the_whole_suite_leaves_the_opt_in_step_out_and_only_runs_named_steps(monkeypatch):
+    suite = load_suite(monkeypatch)
+    whole = [s.name for s in suite.selected_steps(None)]
+    assert "coder_racing" not in whole and "env_sweep" in whole and len(whole) == len(suite.STEPS) - 1
+    assert [s.name for s in suite.selected_steps(["coder_racing", "env_sweep"])] == ["env_sweep", "coder_racing"]
+
+
 def test_smoke_step_logs_lines_and_table(tmp_path):
     done, lines, table = run_suite(tmp_path, "--only", "env_sweep")
     assert done.returncode == 0, done.stderr[-2000:]
@@ -49,7 +66,8 @@ def test_gguf_step_skipped_without_a_model_and_bad_path_refused(tmp_path):
 
 @pytest.mark.slow
 def test_whole_smoke_suite_passes_on_cpu(tmp_path):
-    """Every step but the GGUF one (no model file here) runs small on a CPU and reports its figures."""
+    """Every step but the GGUF one (no model file here) and the opt-in coder_racing runs small on a CPU and reports
+    its figures."""
     done, lines, table = run_suite(tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     status = {r["suite_step"]: r["status"] for r in lines if "status" in r}
@@ -61,16 +79,9 @@ def test_whole_smoke_suite_passes_on_cpu(tmp_path):
 
 
 @pytest.mark.slow
-def test_coder_racing_runs_only_when_named_and_reports_its_targets(tmp_path, monkeypatch):
+def test_coder_racing_runs_only_when_named_and_reports_its_targets(tmp_path):
     done, lines, table = run_suite(tmp_path, "--only", "coder_racing")
     assert done.returncode == 0, done.stderr[-2000:]
     summary = next(r for r in lines if r.get("mode") == "summary" and r.get("suite_step") == "coder_racing")
     assert summary["candidates_per_min"] > 0 and -1 <= summary["kendall_tau"] <= 1
     assert "| coder_racing | ok |" in table and "raced " in table and "tau " in table
-    from importlib.util import module_from_spec, spec_from_file_location
-
-    spec = spec_from_file_location("gpu_suite", SUITE)
-    suite = module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "gpu_suite", suite)  # its dataclasses look their module up there
-    spec.loader.exec_module(suite)
-    assert [s.name for s in suite.STEPS if s.opt_in] == ["coder_racing"]  # so the whole suite leaves it out

@@ -81,34 +81,54 @@ def selection_gains(play, table: np.ndarray, bot: str, seed: int) -> tuple[dict,
     gains = {
         (c, t): float(np.mean(_wins(play(bot, seed, changed)) - base)) for c, t, changed in neighbours(table, visits)
     }
-    return {"win_pct": 100 * float(base.mean()), "visited_cells": visits, "changes_played": len(gains)}, gains
+    row = {"win_pct": _pct(base.mean()), "visited_cells": [[c, round(v, 6)] for c, v in visits.items()]}
+    return row | {"changes_played": len(gains)}, gains
+
+
+def _pct(x) -> float:
+    return round(100 * float(x), 6)  # so JSON records 18.5, not 18.499999999999996
+
+
+def mean_over_bots_diff(new: list, old: list, *, n_boot: int, seed: int) -> tuple[float, float, float]:
+    """The mean over bots of the paired win-rate differences, and its 95% bootstrap CI: (diff, low, high).
+
+    `new[i]` and `old[i]` are bot i's (episodes,) 0/1 wins on the same keys. Pairs are resampled within each
+    bot, so every resample keeps the bots' mix; with one bot this is `paired_bootstrap_diff`.
+    """
+    rng = np.random.default_rng(seed)
+    means = np.zeros(n_boot)
+    for a, b in zip(new, old, strict=True):
+        d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
+        means += d[rng.integers(0, d.size, size=(n_boot, d.size))].mean(axis=1) / len(new)
+    diff = float(np.mean([np.mean(np.asarray(a, np.float64) - b) for a, b in zip(new, old, strict=True)]))
+    level = 0.95
+    low, high = np.quantile(means, [(1 - level) / 2, 1 - (1 - level) / 2])
+    return diff, float(low), float(high)
 
 
 def confirmed_change(play, table, gains: dict, bots, *, confirm_seed: int, n_boot: int) -> dict:
     """The change with the largest gain in `gains`, played beside `table` against `bots` on `confirm_seed`'s keys.
 
     Returns {"best_change": its record or None, "regret_pct": the confirmed gain floored at 0}. Against several
-    bots the gain is the mean over them (the episodes pooled, as many per bot).
+    bots the gain is the mean over them. Of equal gains the first change in (cell, tag) order is taken.
     """
-    from jaxarena.protocol.stats import paired_bootstrap_diff
-
-    (cell, tag), gain = max(gains.items(), key=lambda item: item[1], default=((None, None), 0.0))
+    (cell, tag), gain = max(sorted(gains.items()), key=lambda item: item[1], default=((None, None), 0.0))
     if gain <= 0:  # no glance was made, or no change wins more on the selection keys: nothing to confirm
         return {"best_change": None, "regret_pct": 0.0}
     changed = table.copy()
     changed[cell] = tag
-    new = np.concatenate([_wins(play(bot, confirm_seed, changed)) for bot in bots])
-    old = np.concatenate([_wins(play(bot, confirm_seed, table)) for bot in bots])
-    confirmed = paired_bootstrap_diff(new, old, n_boot=n_boot, seed=confirm_seed)
+    new = [_wins(play(bot, confirm_seed, changed)) for bot in bots]
+    old = [_wins(play(bot, confirm_seed, table)) for bot in bots]
+    confirmed = [_pct(x) for x in mean_over_bots_diff(new, old, n_boot=n_boot, seed=confirm_seed)]
     change = {
-        "cell": cell,
+        "cell": int(cell),
         "prompt": glance_prompt(cell),
         "from": TAG_NAMES[int(table[cell])],
         "to": TAG_NAMES[tag],
-        "selection_gain_pct": 100 * gain,
-        "confirmed_gain_pct": [100 * float(x) for x in confirmed],
+        "selection_gain_pct": _pct(gain),
+        "confirmed_gain_pct": confirmed,
     }
-    return {"best_change": change, "regret_pct": max(0.0, 100 * float(confirmed[0]))}
+    return {"best_change": change, "regret_pct": max(0.0, confirmed[0])}
 
 
 def table_regret(play, table: np.ndarray, bots, *, seed: int, confirm_seed: int, n_boot: int, progress) -> dict:
@@ -125,7 +145,7 @@ def table_regret(play, table: np.ndarray, bots, *, seed: int, confirm_seed: int,
     return {
         "table": initials(table),
         "bots": rows,
-        "mean_regret_pct": float(np.mean([rows[bot]["regret_pct"] for bot in bots])),
+        "mean_regret_pct": round(float(np.mean([rows[bot]["regret_pct"] for bot in bots])), 6),
         "bot_blind": blind,
     }
 
@@ -161,6 +181,9 @@ def measure(
     stock = readers[STOCK]
     for row in readers.values():
         row["mean_regret_over_stock"] = _ratio(row["mean_regret_pct"], stock["mean_regret_pct"])
+        row["regret_over_stock_by_bot"] = {
+            bot: _ratio(r["regret_pct"], stock["bots"][bot]["regret_pct"]) for bot, r in row["bots"].items()
+        }
         row["bot_blind_over_stock"] = _ratio(row["bot_blind"]["regret_pct"], stock["bot_blind"]["regret_pct"])
     return {
         "scenario": scenario,
@@ -198,7 +221,7 @@ def markdown(result: dict) -> str:
     lines = [
         played_on(result, held_out="")
         + " Every one-answer change of a table, in the cells its games glanced in, is played on them; the best one "
-        f"per bot again on the keys of seed {result['confirm_seed']}.",
+        f"per bot, and the best one over the bots, again on the keys of seed {result['confirm_seed']}.",
         "",
         "| table | " + " | ".join(bots) + " | mean over the bots (over the stock LLM's) | one change for every bot |",
         "|---|" + "---|" * (len(bots) + 2),

@@ -5,10 +5,21 @@ import numpy as np
 import pytest
 
 from jaxarena.llm.glance import AGGRESSIVE, GLANCE_PERIOD_S, NUM_GLANCE_CELLS, glance_source, initial_carry
-from jaxarena.llm.tuning.glance_regret import STOCK, markdown, measure, neighbours, run_glance_regret, visited_cells
+from jaxarena.llm.tuning.glance_play import initials
+from jaxarena.llm.tuning.glance_regret import (
+    STOCK,
+    _change_cell,
+    markdown,
+    mean_over_bots_diff,
+    measure,
+    neighbours,
+    run_glance_regret,
+    table_regret,
+    visited_cells,
+)
 from jaxarena.llm.tuning.glance_report import play_tables
 from jaxarena.llm.tuning.history_bound import squad_runner
-from jaxarena.names import NUM_TAGS, TAG_NAMES
+from jaxarena.names import BOT_WIN, NPC_WIN, NUM_TAGS, TAG_NAMES
 
 
 def test_neighbours_change_one_answer_in_each_given_cell_to_every_other_tag():
@@ -82,7 +93,7 @@ def test_regret_confirms_the_best_change_on_other_keys_as_glance_play_measures_i
     tuned = result["readers"][retreat_early]
     assert tuned["mean_regret_over_stock"] == pytest.approx(tuned["mean_regret_pct"] / stock["mean_regret_pct"])
     assert json.loads((tmp_path / "glance_regret.json").read_text()) == json.loads(json.dumps(result))
-    assert (tmp_path / "glance_regret.md").read_text() == markdown(result)
+    assert (tmp_path / "glance_regret.md").read_text() == markdown(result) == markdown(json.loads(json.dumps(result)))
 
 
 def test_the_confirming_keys_must_differ_from_the_selection_keys():
@@ -90,3 +101,87 @@ def test_the_confirming_keys_must_differ_from_the_selection_keys():
         measure(
             [], scenario="raid", policy_spec="B-obey-raid", bots=("aggressive",), episodes=4, seed=2, confirm_seed=2
         )
+
+
+class Played:
+    """What `table_regret` reads of a rollout: outcomes, and the cell of each decision made."""
+
+    def __init__(self, wins, cells):
+        self.outcome = np.where(np.asarray(wins, bool), NPC_WIN, BOT_WIN).astype(np.int32)
+        self.decision_aux = np.asarray(cells, np.int32)[:, None].repeat(len(wins), axis=1)
+        self.decision_active = np.ones_like(self.decision_aux, bool)
+
+
+def test_bot_blind_regret_averages_over_bots_and_passes_over_a_trade():
+    """A scripted game, for the bookkeeping alone: against the aggressive bot answering Retreat in cell 3 wins every
+    episode (a trade: against the evasive bot it loses them all); Flank in cell 5, a cell only the evasive bot's
+    games reach, wins half of its episodes more. Every other table wins half of its episodes."""
+    n = 8
+    calls = []
+
+    def play(bot, seed, table):
+        calls.append((bot, seed, initials(table)))
+        half = np.arange(n) % 2
+        if table[3] == TAG_NAMES.index("Retreat"):
+            return Played(np.ones(n) if bot == "aggressive" else np.zeros(n), [3])
+        if bot == "evasive" and table[5] == TAG_NAMES.index("Flank"):
+            return Played(np.ones(n), [3, 5])
+        return Played(half, [3] if bot == "aggressive" else [3, 5])
+
+    table = np.full(NUM_GLANCE_CELLS, AGGRESSIVE, np.int32)
+    row = table_regret(play, table, ("aggressive", "evasive"), seed=0, confirm_seed=1, n_boot=100, progress=lambda _: 0)
+    aggressive, evasive = row["bots"]["aggressive"], row["bots"]["evasive"]
+    assert aggressive["changes_played"] == 3 and evasive["changes_played"] == 6  # cell 5 is the evasive bot's alone
+    assert aggressive["visited_cells"] == [[3, 1.0]] and evasive["visited_cells"] == [[3, 0.5], [5, 0.5]]
+    assert (aggressive["best_change"]["cell"], aggressive["best_change"]["to"], aggressive["regret_pct"]) == (
+        3,
+        "Retreat",
+        50.0,
+    )
+    assert (evasive["best_change"]["cell"], evasive["best_change"]["to"], evasive["regret_pct"]) == (5, "Flank", 50.0)
+    # Bot-blind: Retreat in cell 3 gains (+50 - 50) / 2 = 0, Flank in cell 5 (0 + 50) / 2 = +25: no trade taken.
+    blind = row["bot_blind"]
+    assert (blind["best_change"]["cell"], blind["best_change"]["to"]) == (5, "Flank")
+    assert blind["best_change"]["selection_gain_pct"] == 25.0 and blind["regret_pct"] == 25.0
+    assert row["mean_regret_pct"] == 50.0
+    # Each best change is confirmed on seed 1's keys, beside the table, against the bots it is the best for.
+    confirming = [c for c in calls if c[1] == 1]
+    flank = "AAAAAFAAAAAAAAAAAA"
+    assert (("aggressive", 1, flank) in confirming) and (("evasive", 1, flank) in confirming)
+    assert ("aggressive", 1, "AAARAAAAAAAAAAAAAA") in confirming and (
+        "evasive",
+        1,
+        "AAARAAAAAAAAAAAAAA",
+    ) not in confirming
+
+
+def test_a_table_with_no_gaining_change_has_no_regret_and_nothing_is_confirmed():
+    calls = []
+
+    def play(bot, seed, table):
+        calls.append(seed)
+        return Played(np.arange(4) % 2, [2])  # every table wins the same episodes
+
+    row = table_regret(
+        play,
+        np.full(NUM_GLANCE_CELLS, AGGRESSIVE, np.int32),
+        ("balanced",),
+        seed=0,
+        confirm_seed=1,
+        n_boot=10,
+        progress=lambda _: 0,
+    )
+    assert row["bots"]["balanced"]["best_change"] is None and row["bots"]["balanced"]["regret_pct"] == 0.0
+    assert row["bot_blind"] == {"best_change": None, "regret_pct": 0.0} and 1 not in calls
+    assert _change_cell(row["bots"]["balanced"]).endswith("no change gains")
+
+
+def test_the_mean_over_bots_resamples_within_each_bot_and_is_the_paired_bootstrap_for_one():
+    from jaxarena.protocol.stats import paired_bootstrap_diff
+
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, 2, 200), rng.integers(0, 2, 200)
+    assert mean_over_bots_diff([a], [b], n_boot=500, seed=3) == paired_bootstrap_diff(a, b, n_boot=500, seed=3)
+    diff, low, high = mean_over_bots_diff([np.ones(50), a[:50]], [np.zeros(50), a[:50]], n_boot=500, seed=3)
+    # One bot gains every episode, the other none: the mean is 0.5 in every resample that keeps the bots' mix.
+    assert diff == low == high == 0.5
