@@ -187,15 +187,36 @@ def paired_bootstrap_diff(
     Episode i of two cells of a bot shares its key (the paired design), so the
     pairs are resampled together: the CI reflects that both see the same spawns.
     """
-    x = np.asarray(a, dtype=np.float64)
-    y = np.asarray(b, dtype=np.float64)
-    if x.shape != y.shape or x.ndim != 1 or x.size == 0:
-        raise ValueError(f"paired samples need equal non-empty 1-d shapes, got {x.shape} and {y.shape}")
-    d = x - y
+    return stratified_paired_bootstrap_diff([a], [b], n_boot=n_boot, level=level, seed=seed)
+
+
+def stratified_paired_bootstrap_diff(
+    a_strata: Sequence[Sequence[float]],
+    b_strata: Sequence[Sequence[float]],
+    *,
+    n_boot: int = 10_000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """The mean over strata (e.g. bots) of each stratum's mean(a - b), and its percentile bootstrap CI.
+
+    Pairs are resampled within each stratum, so every resample keeps the strata's equal weights; with one
+    stratum this is `paired_bootstrap_diff`, to the bit.
+    """
+    if len(a_strata) != len(b_strata) or not a_strata:
+        raise ValueError(f"paired strata need as many a as b, at least one: got {len(a_strata)} and {len(b_strata)}")
     rng = np.random.default_rng(seed)
-    means = d[rng.integers(0, d.size, size=(n_boot, d.size))].mean(axis=1)
+    means, diffs = np.zeros(n_boot), []
+    for a, b in zip(a_strata, b_strata, strict=True):
+        x = np.asarray(a, dtype=np.float64)
+        y = np.asarray(b, dtype=np.float64)
+        if x.shape != y.shape or x.ndim != 1 or x.size == 0:
+            raise ValueError(f"paired samples need equal non-empty 1-d shapes, got {x.shape} and {y.shape}")
+        d = x - y
+        diffs.append(d.mean())
+        means += d[rng.integers(0, d.size, size=(n_boot, d.size))].mean(axis=1) / len(a_strata)
     lo, hi = np.quantile(means, [(1 - level) / 2, 1 - (1 - level) / 2])
-    return float(d.mean()), float(lo), float(hi)
+    return float(np.mean(diffs)), float(lo), float(hi)
 
 
 def cluster_bootstrap_mean(

@@ -89,37 +89,23 @@ def _pct(x) -> float:
     return round(100 * float(x), 6)  # so JSON records 18.5, not 18.499999999999996
 
 
-def mean_over_bots_diff(new: list, old: list, *, n_boot: int, seed: int) -> tuple[float, float, float]:
-    """The mean over bots of the paired win-rate differences, and its 95% bootstrap CI: (diff, low, high).
-
-    `new[i]` and `old[i]` are bot i's (episodes,) 0/1 wins on the same keys. Pairs are resampled within each
-    bot, so every resample keeps the bots' mix; with one bot this is `paired_bootstrap_diff`.
-    """
-    rng = np.random.default_rng(seed)
-    means = np.zeros(n_boot)
-    for a, b in zip(new, old, strict=True):
-        d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
-        means += d[rng.integers(0, d.size, size=(n_boot, d.size))].mean(axis=1) / len(new)
-    diff = float(np.mean([np.mean(np.asarray(a, np.float64) - b) for a, b in zip(new, old, strict=True)]))
-    level = 0.95
-    low, high = np.quantile(means, [(1 - level) / 2, 1 - (1 - level) / 2])
-    return diff, float(low), float(high)
-
-
-def confirmed_change(play, table, gains: dict, bots, *, confirm_seed: int, n_boot: int) -> dict:
+def confirmed_change(play, table, base, gains: dict, bots, *, confirm_seed: int, n_boot: int) -> dict:
     """The change with the largest gain in `gains`, played beside `table` against `bots` on `confirm_seed`'s keys.
 
-    Returns {"best_change": its record or None, "regret_pct": the confirmed gain floored at 0}. Against several
-    bots the gain is the mean over them. Of equal gains the first change in (cell, tag) order is taken.
+    `base(bot)` gives the table's own wins on those keys. Returns {"best_change": its record or None,
+    "regret_pct": the confirmed gain floored at 0}. Against several bots the gain is the mean over them, with
+    pairs resampled within each bot. Of equal gains the first change in (cell, tag) order is taken.
     """
+    from jaxarena.protocol.stats import stratified_paired_bootstrap_diff
+
     (cell, tag), gain = max(sorted(gains.items()), key=lambda item: item[1], default=((None, None), 0.0))
     if gain <= 0:  # no glance was made, or no change wins more on the selection keys: nothing to confirm
         return {"best_change": None, "regret_pct": 0.0}
     changed = table.copy()
     changed[cell] = tag
     new = [_wins(play(bot, confirm_seed, changed)) for bot in bots]
-    old = [_wins(play(bot, confirm_seed, table)) for bot in bots]
-    confirmed = [_pct(x) for x in mean_over_bots_diff(new, old, n_boot=n_boot, seed=confirm_seed)]
+    old = [base(bot) for bot in bots]
+    confirmed = [_pct(x) for x in stratified_paired_bootstrap_diff(new, old, n_boot=n_boot, seed=confirm_seed)]
     change = {
         "cell": int(cell),
         "prompt": glance_prompt(cell),
@@ -134,14 +120,22 @@ def confirmed_change(play, table, gains: dict, bots, *, confirm_seed: int, n_boo
 def table_regret(play, table: np.ndarray, bots, *, seed: int, confirm_seed: int, n_boot: int, progress) -> dict:
     """One table's regret against each bot, and against the bots together (one change for all of them: what a
     chooser that cannot tell the bots apart could still gain); `play(bot, seed, table) -> RolloutResult`."""
+    confirming = {}
+
+    def base(bot):  # the table's own wins on the confirming keys: played once per bot, per-bot and bot-blind alike
+        if bot not in confirming:
+            confirming[bot] = _wins(play(bot, confirm_seed, table))
+        return confirming[bot]
+
+    confirm = {"confirm_seed": confirm_seed, "n_boot": n_boot}
     rows, gains = {}, {}
     for bot in bots:
         rows[bot], gains[bot] = selection_gains(play, table, bot, seed)
-        rows[bot] |= confirmed_change(play, table, gains[bot], [bot], confirm_seed=confirm_seed, n_boot=n_boot)
+        rows[bot] |= confirmed_change(play, table, base, gains[bot], [bot], **confirm)
         progress(f"  vs {bot}: {rows[bot]['changes_played']} changes played, regret {rows[bot]['regret_pct']:.1f} pp")
     changes = set().union(*gains.values())
     mean_gains = {change: float(np.mean([gains[bot].get(change, 0.0) for bot in bots])) for change in changes}
-    blind = confirmed_change(play, table, mean_gains, bots, confirm_seed=confirm_seed, n_boot=n_boot)
+    blind = confirmed_change(play, table, base, mean_gains, bots, **confirm)
     return {
         "table": initials(table),
         "bots": rows,

@@ -92,3 +92,20 @@ def test_tag_frequency():
     f = stats.tag_frequency([0, 0, 0, 1, 3])
     assert f["counts"] == [3, 1, 0, 1] and f["total"] == 5
     assert f["pct"] == pytest.approx([60.0, 20.0, 0.0, 20.0])
+
+
+def test_the_stratified_paired_bootstrap_resamples_within_each_stratum_and_is_the_paired_one_for_one():
+    from jaxarena.protocol.stats import paired_bootstrap_diff, stratified_paired_bootstrap_diff
+
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, 2, 200), rng.integers(0, 2, 200)
+    assert stratified_paired_bootstrap_diff([a], [b], n_boot=500, seed=3) == paired_bootstrap_diff(
+        a, b, n_boot=500, seed=3
+    )
+    # One stratum gains every episode, the other none: the mean is 0.5 in every resample that keeps the strata.
+    diff, low, high = stratified_paired_bootstrap_diff([np.ones(50), a[:50]], [np.zeros(50), a[:50]], n_boot=500)
+    assert diff == low == high == 0.5
+    with pytest.raises(ValueError, match="as many a as b"):
+        stratified_paired_bootstrap_diff([a], [b, b])
+    with pytest.raises(ValueError, match="equal non-empty 1-d shapes"):
+        stratified_paired_bootstrap_diff([a, a], [b, b[:10]])
