@@ -66,15 +66,19 @@ class Checkpointer:
     Process 0 alone writes `config.json`.
     """
 
-    def __init__(self, run_dir: str | Path, config: PPOConfig, max_to_keep: int | None = 2):
+    def __init__(self, run_dir: str | Path, config: PPOConfig, max_to_keep: int | None = 2, save_config: bool = True):
         self.run_dir = Path(run_dir)
         self.config = config
-        if jax.process_index() == 0:
+        if save_config and jax.process_index() == 0:
             write_config(self.run_dir, config)
         self._mngr = _manager(self.run_dir, max_to_keep)
 
     def latest_step(self) -> int | None:
         return self._mngr.latest_step()
+
+    def all_steps(self) -> list[int]:
+        """The updates of every finished checkpoint, oldest first."""
+        return sorted(self._mngr.all_steps())
 
     def save(self, runner_state) -> int:
         """Save `runner_state` under its update count; returns that step."""

@@ -11,6 +11,19 @@ from jaxarena.scenarios import SCENARIOS
 from jaxarena.types import BOT_TYPES, NUM_TAGS
 
 COMBINATIONS = ("A", "B")
+#: The float hyper-parameters that change no array's shape: they are values carried by the runner
+#: state (`RunnerState.hyper`), not constants of the program, so runs that differ only in them
+#: (seeds aside) train in one vmapped program (`jaxarena.algorithms.multi_run`).
+SWEEPABLE = (
+    "lr",
+    "ent_coef",
+    "ent_coef_end",
+    "clip_eps",
+    "vf_coef",
+    "max_grad_norm",
+    "gamma",
+    "gae_lambda",
+)
 #: B's shaping: Table 5's terms ("paper"), the engagement-gated intent terms ("intent",
 #: `jaxarena.rewards.intent_shaping`) or the per-expert terms ("obey", `rewards.obey_shaping`);
 #: the index is `EnvParams.shaping_recipe`.
@@ -228,17 +241,57 @@ class PPOConfig:
 def field_changes(items, fields) -> dict[str, Any]:
     """`KEY=VALUE` items, as `--set` takes them, as config changes: VALUE read as JSON (numbers, true/false,
     lists), else kept as a string (e.g. activation=relu). Raises KeyError(item) for an item that is not KEY=VALUE
-    with KEY in `fields` (a bare KEY too: it would set the field to "")."""
+    with KEY in `fields` (a bare KEY too: it would set the field to ""), and ValueError naming the field and
+    the type it wants for a value of the wrong type (`lr=abc`), both before any config is built."""
     changes = {}
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or key not in fields:
             raise KeyError(item)
-        try:
-            changes[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            changes[key] = raw
+        changes[key] = parse_field(key, raw)
     return changes
+
+
+def parse_field(name: str, raw: str) -> Any:
+    """`raw` (as typed on a command line) as a value of PPOConfig field `name`, checked against its type.
+
+    JSON spellings are read (`3e-4`, `true`, `null`, `["evasive"]`); a bare word is a string. Raises
+    ValueError saying what the field takes.
+    """
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    kind = _FIELD_TYPES[name]
+    optional = kind.endswith(" | None")
+    base = kind.removesuffix(" | None")
+    if value is None and optional:
+        return None
+    ok = {
+        "int": lambda v: isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and v.is_integer(),
+        "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+        "bool": lambda v: isinstance(v, bool),
+        "str": lambda v: isinstance(v, str),
+        "tuple[str, ...]": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+        "tuple[int, ...]": lambda v: isinstance(v, list) and all(isinstance(x, int) for x in v),
+    }[base]
+    if not ok(value):
+        wants = {
+            "tuple[str, ...]": 'a JSON list of strings, e.g. ["evasive"]',
+            "tuple[int, ...]": "a JSON list of ints",
+        }
+        raise ValueError(
+            f"{name}={raw}: {name} takes {wants.get(base, base)}{' or null' if optional else ''}, got {raw!r}"
+        )
+    if base == "int":
+        return int(value)
+    if base == "float":
+        return float(value)
+    return value
+
+
+#: Each field's type as written in the dataclass (a string: `from __future__ import annotations`).
+_FIELD_TYPES: dict[str, str] = {f.name: str(f.type) for f in dataclasses.fields(PPOConfig)}
 
 
 #: The fast recipe's fields (the rest are the defaults). On a CPU ~70% of the default

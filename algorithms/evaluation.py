@@ -32,6 +32,29 @@ def _fixed_tag_runner(policy: Policy, env_id: str, n: int, **env_overrides):
     return make_runner(env, params, policy, hold_tags, n, accumulators={"intents": INTENTS}), params
 
 
+_WIN_RATE_RUNNERS: dict = {}
+
+
+def win_rates(config, policy_params, episodes: int, seed: int) -> dict[str, float]:
+    """NPC win rate against each bot (`BOT_TYPES` order) of the policy `config` trained, sampled as trained,
+    on `episodes` held-out episodes per bot from root key `seed`. The runner compiles once per arena,
+    network and episode count, so a batch of runs pays one compile."""
+    from .checkpoint import make_policy
+
+    env, params = jaxarena.make(config.env_id, scenario=config.scenario)
+    cache_key = (config.env_id, config.scenario, repr(sorted(config.network_kwargs().items())), episodes)
+    if cache_key not in _WIN_RATE_RUNNERS:
+        _WIN_RATE_RUNNERS[cache_key] = make_runner(env, params, make_policy(config), hold_tags, episodes)
+    run = _WIN_RATE_RUNNERS[cache_key]
+    rates = {}
+    for bot in BOT_TYPES:
+        outcome = np.asarray(
+            run(policy_params, params.replace(bot_type=jaxarena.bot_index(bot)), jax.random.PRNGKey(seed)).outcome
+        )
+        rates[bot] = float(np.mean(outcome == NPC_WIN))
+    return rates
+
+
 def run_episodes(
     policy: Policy,
     policy_params: Any,

@@ -4,10 +4,18 @@
     train = make_train(PPOConfig(combination="A", total_timesteps=2_000_000))
     runner_state, metrics = jax.jit(train)(jax.random.PRNGKey(0))
 
+`train` also takes a batch of keys and trains one run per key in the same
+compiled program (`jax.vmap` over seeds, as PureJaxRL does):
+
+    runner_states, metrics = jax.jit(make_train(config))(jax.random.split(key, 8))  # leaves (8, ...)
+
 For checkpointed runs use `make_trainer(config)`, whose `init(rng)` and
 `run_updates(runner_state, n)` split the same computation into chunks: the
 scan over updates is the same, so running 2n updates at once or n, saving,
-restoring and n more gives identical parameters.
+restoring and n more gives identical parameters. The float hyper-parameters
+that change no shape (`SWEEPABLE`: lr, ent_coef, gamma, ...) travel in the
+runner state (`RunnerState.hyper`), so runs that differ only in them share one
+program too (`jaxarena.algorithms.multi_run`).
 
 Batch layout: `num_envs` arenas (vmapped; sharded over devices when a mesh is
 given) x 5 NPCs. The policy is shared, so the (envs x NPCs) axes are
@@ -37,6 +45,7 @@ from jaxarena.wrappers import LogState, LogWrapper
 
 from .config import RECIPES, PPOConfig
 from .networks import ActorCritic, expert_mask
+from .ppo_objective import Transition, calculate_gae, hyper_of, masked_mean, ppo_loss
 
 ENV_AXIS = "env"
 
@@ -50,20 +59,9 @@ class RunnerState:
     obs: jax.Array  # (num_envs, 5, obs_size) float32, the current observation
     rng: jax.Array  # (2,) uint32 raw PRNG key (raw, so orbax stores it plainly)
     update: jax.Array  # () int32, updates done so far
-
-
-class Transition(NamedTuple):
-    """One rollout step; agent leaves are (num_envs, 5), env leaves (num_envs,)."""
-
-    obs: jax.Array
-    action: jax.Array
-    log_prob: jax.Array
-    value: jax.Array
-    reward: jax.Array
-    next_value: jax.Array  # V(s_{t+1}); at an episode's last step V(final_obs), before auto-reset
-    cut: jax.Array  # no bootstrap: episode terminated or this NPC died
-    end: jax.Array  # trajectory ends here: any done, or this NPC died
-    mask: jax.Array  # NPC alive at the start of the step
+    # The float hyper-parameters (`SWEEPABLE`) as () float32 arrays: values, not constants of the program,
+    # so runs that differ only in them are one vmapped program (and a checkpoint records them).
+    hyper: dict
 
 
 class Trainer(NamedTuple):
@@ -74,78 +72,6 @@ class Trainer(NamedTuple):
     init: Callable[[jax.Array], RunnerState]
     run_updates: Callable[[RunnerState, int], tuple[RunnerState, dict]]
     mesh: Mesh | None
-
-
-def calculate_gae(rewards, values, next_values, cut, end, gamma: float, gae_lambda: float):
-    """Generalised advantage estimation over a time-major batch (axis 0 = time).
-
-    Args:
-        rewards, values: (T, ...) r_t and V(s_t).
-        next_values: (T, ...) V(s_{t+1}) of the state the step reached, before
-            any auto-reset; at a truncated (timeout) step this is V(final_obs),
-            so the timeout bootstraps instead of being treated as terminal.
-        cut: (T, ...) bool, true where s_{t+1} is terminal (no bootstrap).
-        end: (T, ...) bool, true where the trajectory ends after step t
-            (terminated, truncated, or the agent died): the advantage does not
-            chain into step t+1, which belongs to another episode.
-    Returns:
-        (advantages, targets), both (T, ...); targets = advantages + values.
-    """
-    not_cut = 1.0 - cut.astype(jnp.float32)
-    not_end = 1.0 - end.astype(jnp.float32)
-    deltas = rewards + gamma * next_values * not_cut - values
-
-    def _backward(gae, xs):
-        delta, cont = xs
-        gae = delta + gamma * gae_lambda * cont * gae
-        return gae, gae
-
-    _, advantages = jax.lax.scan(_backward, jnp.zeros_like(deltas[0]), (deltas, not_end), reverse=True)
-    return advantages, advantages + values
-
-
-def masked_mean(x, mask):
-    """Mean of x over entries where mask is true (0 if there are none)."""
-    m = mask.astype(x.dtype)
-    return jnp.sum(x * m) / jnp.maximum(jnp.sum(m), 1.0)
-
-
-def ppo_loss(network: ActorCritic, config: PPOConfig, params, batch: Transition, adv, tgt, ent_coef=None):
-    """Clipped PPO loss over a flat batch of agent samples; returns (total, aux).
-
-    `ent_coef` overrides `config.ent_coef` (the trainer passes the annealed value).
-
-    Every term is a mean over `batch.mask` (NPCs alive at the step's start),
-    so dead NPCs' transitions contribute nothing, not even to the advantage
-    normalisation.
-    """
-    pi, value = network.apply(params, batch.obs)
-    log_prob = pi.log_prob(batch.action)
-    mask = batch.mask
-    # Value loss, clipped around the rollout's estimate.
-    v_clipped = batch.value + jnp.clip(value - batch.value, -config.clip_eps, config.clip_eps)
-    v_loss = 0.5 * masked_mean(jnp.maximum((value - tgt) ** 2, (v_clipped - tgt) ** 2), mask)
-    # Clipped surrogate; advantages normalised over the live samples only.
-    mu = masked_mean(adv, mask)
-    sd = jnp.sqrt(masked_mean((adv - mu) ** 2, mask))
-    adv = jnp.where(mask, (adv - mu) / (sd + 1e-8), 0.0)
-    log_ratio = jnp.where(mask, log_prob - batch.log_prob, 0.0)
-    ratio = jnp.exp(log_ratio)
-    surrogate = jnp.minimum(ratio * adv, jnp.clip(ratio, 1 - config.clip_eps, 1 + config.clip_eps) * adv)
-    actor_loss = -masked_mean(surrogate, mask)
-    entropy = masked_mean(pi.entropy(), mask)
-    ent_coef = config.ent_coef if ent_coef is None else ent_coef
-    # With a target H*, -|H - H*| replaces H: the same push up below H*, and a push down above it.
-    ent_term = entropy if config.ent_target is None else -jnp.abs(entropy - config.ent_target)
-    total = actor_loss + config.vf_coef * v_loss - ent_coef * ent_term
-    aux = {
-        "value_loss": v_loss,
-        "actor_loss": actor_loss,
-        "entropy": entropy,
-        "approx_kl": masked_mean((ratio - 1.0) - log_ratio, mask),
-        "clip_frac": masked_mean((jnp.abs(ratio - 1.0) > config.clip_eps).astype(jnp.float32), mask),
-    }
-    return total, aux
 
 
 def bot_types_for(config: PPOConfig) -> jax.Array:
@@ -228,18 +154,17 @@ def make_trainer(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Trainer
         obs, state = v_retag(obs, state, jnp.where(arena.t % config.tag_period_ticks == 0, new, arena.tag), bot_types)
         return obs, state
 
-    def init(rng: jax.Array) -> RunnerState:
+    # Adam's moments alone are the optimiser's state; the clip norm and the annealed learning rate are
+    # applied in `_apply_gradients` from the runner's `hyper`, so they may differ between vmapped runs.
+    tx = optax.scale_by_adam(eps=1e-5)
+
+    def init(rng: jax.Array, hyper: dict | None = None) -> RunnerState:
+        """A fresh run from `rng`, with `hyper` (default: the config's, `hyper_of`)."""
         rng = jnp.asarray(rng)
         if jnp.issubdtype(rng.dtype, jax.dtypes.prng_key):
             rng = jax.random.key_data(rng)
         rng, k_net, k_env, k_tag = jax.random.split(rng, 4)
         params = network.init(k_net, jnp.zeros((1, env.obs_size), jnp.float32))
-        schedule = optax.linear_schedule(config.lr, 0.0, n_grad_steps) if config.anneal_lr else config.lr
-        tx = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(schedule, eps=1e-5))
-        if config.frozen_tags:
-            frozen = expert_mask(params, config.frozen_tags)
-            labels = jax.tree.map(lambda f: "frozen" if f else "trained", frozen)
-            tx = optax.multi_transform({"trained": tx, "frozen": optax.set_to_zero()}, labels)
         train_state = TrainState.create(apply_fn=network.apply, params=params, tx=tx)
         obs, log_state = v_reset(jax.random.split(k_env, n_envs), bot_types)
         obs, log_state = _redraw_tags(k_tag, obs, log_state)
@@ -249,9 +174,26 @@ def make_trainer(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Trainer
             obs=_shard_env(obs),
             rng=rng,
             update=jnp.int32(0),
+            hyper=hyper_of(config) if hyper is None else {k: jnp.float32(v) for k, v in hyper.items()},
         )
 
+    def _apply_gradients(train_state: TrainState, grads, hyper: dict) -> TrainState:
+        """One Adam step: frozen experts' gradients zeroed, the global norm clipped, lr annealed to 0."""
+        if config.frozen_tags:  # a zero gradient leaves Adam's moments, and so the weights, exactly as they were
+            frozen = expert_mask(grads, config.frozen_tags)
+            grads = jax.tree.map(lambda g, f: jnp.zeros_like(g) if f else g, grads, frozen)
+        norm = optax.tree.norm(grads)
+        scale = jnp.where(norm < hyper["max_grad_norm"], 1.0, hyper["max_grad_norm"] / norm)
+        grads = jax.tree.map(lambda g: g * scale, grads)
+        updates, opt_state = tx.update(grads, train_state.opt_state, train_state.params)
+        lr = hyper["lr"]
+        if config.anneal_lr:  # linear to 0 over `anneal_grad_steps`, then 0
+            lr = lr * (1.0 - jnp.minimum(train_state.step, n_grad_steps) / n_grad_steps)
+        params = optax.apply_updates(train_state.params, jax.tree.map(lambda u: -lr * u, updates))
+        return train_state.replace(step=train_state.step + 1, params=params, opt_state=opt_state)
+
     def _update_step(runner: RunnerState, _):
+
         # ---- rollout ------------------------------------------------------
         def _env_step(carry, _):
             train_state, log_state, obs, rng = carry
@@ -304,15 +246,13 @@ def make_trainer(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Trainer
         traj = traj._replace(next_value=jnp.where(ended, traj.next_value, following))
 
         # ---- advantages ---------------------------------------------------
-        def _calculate_gae(traj: Transition):
-            return calculate_gae(
-                traj.reward, traj.value, traj.next_value, traj.cut, traj.end, config.gamma, config.gae_lambda
-            )
-
-        advantages, targets = _calculate_gae(traj)
+        hyper = runner.hyper
+        advantages, targets = calculate_gae(
+            traj.reward, traj.value, traj.next_value, traj.cut, traj.end, hyper["gamma"], hyper["gae_lambda"]
+        )
 
         # ---- PPO epochs ---------------------------------------------------
-        _loss = functools.partial(ppo_loss, network, config)
+        _loss = functools.partial(ppo_loss, network, config, hyper=hyper)
 
         def _update_epoch(state, _):
             train_state, rng = state
@@ -324,14 +264,13 @@ def make_trainer(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Trainer
 
             def _update_minbatch(train_state, minibatch):
                 batch, adv, tgt = minibatch
-                ent_coef = config.ent_coef
-                if config.ent_coef_end is not None:  # linear anneal over `anneal_grad_steps`
-                    frac = jnp.clip(train_state.step / n_grad_steps, 0.0, 1.0)
-                    ent_coef = config.ent_coef + frac * (config.ent_coef_end - config.ent_coef)
+                # Linear anneal over `anneal_grad_steps` (constant where `ent_coef_end` was None: see hyper_of).
+                frac = jnp.clip(train_state.step / n_grad_steps, 0.0, 1.0)
+                ent_coef = hyper["ent_coef"] + frac * (hyper["ent_coef_end"] - hyper["ent_coef"])
                 (loss, aux), grads = jax.value_and_grad(_loss, has_aux=True)(
                     train_state.params, batch, adv, tgt, ent_coef
                 )
-                train_state = train_state.apply_gradients(grads=grads)
+                train_state = _apply_gradients(train_state, grads, hyper)
                 return train_state, dict(aux, total_loss=loss)
 
             train_state, losses = jax.lax.scan(_update_minbatch, train_state, shuffled)
@@ -346,7 +285,8 @@ def make_trainer(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Trainer
         update = runner.update + 1
         metrics["update"] = update
         metrics["env_steps"] = update.astype(jnp.float32) * float(config.steps_per_update)
-        runner = RunnerState(train_state, log_state, obs, rng, update)
+
+        runner = RunnerState(train_state, log_state, obs, rng, update, hyper)
         return runner, metrics
 
     def _episode_metrics(ep: dict, alive_mask) -> dict:
@@ -383,14 +323,31 @@ def make_trainer(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Trainer
     return Trainer(config=config, network=network, init=init, run_updates=run_updates, mesh=mesh)
 
 
+def is_key_batch(keys) -> bool:
+    """True for a batch of PRNG keys: typed keys of rank >= 1, or raw uint32 keys of shape (N, 2)."""
+    keys = jnp.asarray(keys) if not isinstance(keys, jax.Array) else keys
+    if jnp.issubdtype(keys.dtype, jax.dtypes.prng_key):
+        return keys.ndim >= 1
+    return keys.ndim >= 2
+
+
 def make_train(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Callable[[jax.Array], tuple[RunnerState, dict]]:
     """PureJaxRL's shape: `train(rng) -> (runner_state, metrics)`, all `config.num_updates`.
 
-    Jit it: `jax.jit(make_train(config))(jax.random.PRNGKey(0))`.
+    Jit it: `jax.jit(make_train(config))(jax.random.PRNGKey(0))`. Given a batch of keys
+    (`jax.random.split(key, n)`), it trains one run per key in the same program (vmapped;
+    every leaf of the result gains a leading axis of n). A vmapped batch keeps each run's env
+    axis on one device; `jaxarena.algorithms.multi_run` shards the runs over devices instead.
     """
-    trainer = make_trainer(config, mesh)
+    single = make_trainer(config, mesh)
+    per_run = single if mesh is None else make_trainer(config, None)
+
+    def train_one(trainer, rng):
+        return trainer.run_updates(trainer.init(rng), config.num_updates)
 
     def train(rng: jax.Array):
-        return trainer.run_updates(trainer.init(rng), config.num_updates)
+        if is_key_batch(rng):
+            return jax.vmap(functools.partial(train_one, per_run))(rng)
+        return train_one(single, rng)
 
     return train

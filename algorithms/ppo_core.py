@@ -34,7 +34,7 @@ import optax
 from flax import struct
 from flax.training.train_state import TrainState
 
-from .ppo import calculate_gae
+from .ppo_objective import calculate_gae
 
 
 @dataclasses.dataclass(frozen=True)

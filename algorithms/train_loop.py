@@ -10,6 +10,11 @@ runner state is saved atomically. Re-running with the same `--out` resumes
 from the latest checkpoint (metrics rows past it are dropped), so a Ctrl-C or
 kill loses at most the unfinished chunk.
 
+`--seeds N` trains N seeds in one compiled program (vmapped, split over devices
+when there are several), each in its own folder under `--out`; `--sweep
+KEY=V1,V2` adds a grid of settings (`jaxarena.algorithms.train_many`).
+`--log tensorboard` or `--log wandb` sends every run's curves there as well.
+
 With `--distributed` the same command runs on every process of a multi-process
 (multi-host) run; see `jaxarena.algorithms.distributed` and docs/distributed.md.
 Every process takes part in each chunk and each checkpoint; process 0 alone
@@ -37,7 +42,9 @@ from jaxarena.types import BOT_TYPES
 
 from . import distributed
 from .config import PRESETS, PPOConfig, field_changes
+from .loggers import LOGGERS, make_logger
 from .train_metrics import MetricsLog, host_metrics, plot_curves
+from .warm_start import warm_start_runner
 
 YNN_FLAG = "--xla_cpu_experimental_ynn_fusion_type="
 
@@ -55,14 +62,46 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", required=True, help="run directory (config, checkpoints, metrics, plot)")
     p.add_argument("--env", dest="env_id", choices=ARENA_IDS, default=None, help="arena variant (default Arena-v0)")
     p.add_argument("--scenario", choices=tuple(SCENARIOS), default=None, help="arena preset (default paper)")
-    p.add_argument("--bots", nargs="+", choices=BOT_TYPES, default=None)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--num-envs", type=int, default=None)
-    p.add_argument("--num-steps", type=int, default=None)
-    p.add_argument("--lr", type=float, default=None)
-    p.add_argument("--hidden", type=int, default=None)
+    p.add_argument(
+        "--bots", nargs="+", choices=BOT_TYPES, default=None, help="the bots the arenas fight, dealt in turn"
+    )
+    p.add_argument("--seed", type=int, default=None, help="training seed (with --seeds: the first of them; default 0)")
+    p.add_argument(
+        "--seeds",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="train N seeds (--seed, --seed + 1, ...) in one compiled program, each in OUT/seed_S",
+    )
+    p.add_argument(
+        "--sweep",
+        nargs="+",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="train every combination of these PPOConfig values (x --seeds), in OUT/KEY=V/seed_S; the float "
+        "hyper-parameters (lr, ent_coef, gamma, ...) share one program, others make one program per value",
+    )
+    p.add_argument("--num-envs", type=int, default=None, help="arenas stepped in lock-step")
+    p.add_argument("--num-steps", type=int, default=None, help="ticks per arena between updates")
+    p.add_argument("--lr", type=float, default=None, help="Adam's learning rate (annealed to 0 unless anneal_lr=false)")
+    p.add_argument("--hidden", type=int, default=None, help="units per hidden layer")
     p.add_argument("--init-from", default=None, help="warm start a new run from this run's (or packaged A/B) params")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="any other PPOConfig field")
+    p.add_argument(
+        "--log",
+        nargs="+",
+        choices=LOGGERS,
+        default=["jsonl"],
+        help="where curves go besides metrics.jsonl/csv (always written): tensorboard (OUT/.../tensorboard) "
+        'or wandb (WANDB_MODE=offline to keep it local); needs pip install -e ".[log]"',
+    )
+    p.add_argument("--wandb-project", default=None, help="W&B project (default $WANDB_PROJECT or jaxarena)")
+    p.add_argument(
+        "--eval-episodes",
+        type=int,
+        default=200,
+        help="with --seeds or --sweep: held-out episodes per bot for each run's final win rates (0: none)",
+    )
     p.add_argument("--chunk", type=int, default=10, help="updates per jitted call (one metrics/progress step)")
     p.add_argument("--checkpoint-every", type=int, default=1, help="save every N chunks")
     p.add_argument("--keep", type=int, default=2, help="checkpoints to keep (0: all)")
@@ -73,6 +112,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-progress", action="store_true")
     distributed.add_arguments(p)
     return p.parse_args(argv)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
 
 
 def _config_from_args(args, base: PPOConfig | None) -> PPOConfig:
@@ -96,11 +142,13 @@ def _config_from_args(args, base: PPOConfig | None) -> PPOConfig:
         key, sep, _ = error.args[0].partition("=")
         problem = f"unknown PPOConfig field {key!r}" if sep else f"{key!r} is not KEY=VALUE"
         raise UserError(f"--set: {problem}; fields: {sorted(fields)}") from None
+    except ValueError as error:
+        raise UserError(f"--set {error}") from None
     if base is not None:
         fixed = {k for k in changes if k not in ("total_timesteps",) and changes[k] != fields[k]}
         if fixed:
             raise UserError(f"resuming: cannot change {sorted(fixed)} of an existing run (use --fresh or a new --out)")
-    return cfg.replace(**changes)
+    return cfg.replace(**changes)  # a bad value raises ValueError: a one-line user error
 
 
 @cli_main("jaxarena-train")
@@ -121,21 +169,37 @@ def main(argv=None) -> int:
     from .checkpoint import Checkpointer
     from .ppo import make_trainer
 
+    if args.seeds > 1 or args.sweep:
+        return _main_many(args)
     run_dir = Path(args.out)
     config, existing = _open_run(args, run_dir)
     trainer = make_trainer(config, distributed.global_mesh(config.num_envs) if args.distributed else "auto")
     primary = distributed.is_primary()
-    ckpt = Checkpointer(run_dir, config, max_to_keep=args.keep or None)
     run = jax.jit(trainer.run_updates, static_argnums=1, donate_argnums=0)
     t0 = time.time()
     runner = jax.jit(trainer.init)(jax.random.PRNGKey(config.seed))
-    if config.init_from and not existing:
-        runner = _warm_start(config, runner, trainer.mesh if args.distributed else None)
-        _say(f"warm start from {config.init_from} (optimiser state fresh)")
     if existing:
+        ckpt = Checkpointer(run_dir, config, max_to_keep=args.keep or None)
         runner = _restore(ckpt, runner, run_dir)
         _say(f"resumed {run_dir} at update {int(runner.update)}/{config.num_updates}")
+    else:
+        if config.init_from:
+            runner = warm_start_runner(config, runner, trainer.mesh if args.distributed else None)
+            _say(f"warm start from {config.init_from} (optimiser state fresh)")
+        # Only now, with the start known to work, does the run's folder get its config.
+        ckpt = Checkpointer(run_dir, config, max_to_keep=args.keep or None)
     log = MetricsLog(run_dir, int(runner.update), write=primary)
+    loggers = [
+        make_logger(
+            kind,
+            run_dir,
+            name=run_dir.name,
+            config=config.to_dict(),
+            start_env_steps=int(runner.update) * config.steps_per_update,
+            project=args.wandb_project,
+        )
+        for kind in (args.log if primary else [])
+    ]
     devices = jax.devices()
     _say(
         f"combination {config.combination}, scenario {config.scenario}, bots {', '.join(config.bots)}, "
@@ -144,9 +208,32 @@ def main(argv=None) -> int:
         + (f" of {jax.process_count()} processes" if args.distributed else "")
         + (" (sharded)" if trainer.mesh is not None else "")
     )
-    runner, interrupted = _train(args, config, run, runner, ckpt, log, run_dir, t0)
+    try:
+        runner, interrupted = _train(args, config, run, runner, ckpt, log, run_dir, t0, loggers)
+    finally:
+        for logger in loggers:
+            logger.close()
     _print_outputs(config, runner, interrupted, ckpt, log, run_dir, t0)
     return cli_errors.INTERRUPTED_EXIT if interrupted else 0
+
+
+def _main_many(args) -> int:
+    """`--seeds N` / `--sweep`: the checks a single run makes, then `train_many`."""
+    from .multi_run import parse_sweep
+    from .train_many import train_many
+
+    if args.distributed:
+        raise UserError("--seeds and --sweep run on one process (several devices split the runs); drop --distributed")
+    if args.resume and args.fresh:
+        raise UserError("--resume and --fresh exclude each other")
+    config = _config_from_args(args, None)
+    try:
+        sweep = parse_sweep(args.sweep)
+    except ValueError as error:
+        raise UserError(str(error)) from None
+    if "seed" in sweep:
+        raise UserError("--sweep seed=...: use --seed S --seeds N for seeds")
+    return train_many(args, config, sweep, warm_start_runner)
 
 
 def _say(text: str) -> None:
@@ -156,59 +243,26 @@ def _say(text: str) -> None:
 
 
 def _open_run(args, run_dir: Path) -> tuple[PPOConfig, bool]:
-    """The run's config, and whether it resumes a checkpoint; `--fresh` first clears what `--out` holds."""
+    """The run's config, and whether it resumes a checkpoint. The config is checked first; only then does
+    `--fresh` clear what `--out` holds, so a mistyped option deletes nothing."""
     from .checkpoint import has_checkpoint, read_config
 
     existing = has_checkpoint(run_dir)
     if args.resume and not existing:
         raise UserError(f"--resume: no checkpoint in {run_dir}")
+    resumes = existing and not args.fresh
+    config = _config_from_args(args, read_config(run_dir) if resumes else None)
     if args.fresh and run_dir.exists():
         distributed.barrier("looked for a checkpoint")  # nobody deletes while another process reads
         if distributed.is_primary():
             for name in ("checkpoints", "metrics.csv", "metrics.jsonl", "config.json", "learning_curve.png"):
                 target = run_dir / name
                 shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
-        existing = False
+            for name in ("tensorboard", "wandb_id.txt"):
+                target = run_dir / name
+                shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
     distributed.barrier("opened the run")  # nobody writes before every process has read
-    return _config_from_args(args, read_config(run_dir) if existing else None), existing
-
-
-def _warm_start(config: PPOConfig, runner, mesh=None):
-    """`runner` with the params of `config.init_from` carried over (widened to this run's inputs).
-
-    `mesh`: a multi-process run's, whose params are read on the host and put back replicated over it.
-    """
-    from .checkpoint import load_params, obs_size_of
-    from .warm_start import as_experts, forget_tag_input, input_rows, keep_fresh_experts, widen_params
-
-    src_config, src_params = load_params(config.init_from)
-    fresh = runner.train_state.params if mesh is None else distributed.host(runner.train_state.params)
-    src_net, dst_net = src_config.network_kwargs(), config.network_kwargs()
-    if (src_net["hidden"], src_net["activation"]) != (dst_net["hidden"], dst_net["activation"]) or (
-        src_net.get("tag_experts") and not dst_net.get("tag_experts")
-    ):
-        raise UserError(f"--init-from {config.init_from}: network {src_net} differs from this run's {dst_net}")
-    try:
-        rows = input_rows(
-            obs_size_of(src_config),
-            src_net["tag_one_hot"],
-            obs_size_of(config),
-            dst_net["tag_one_hot"],
-        )
-        if src_config.combination == "A":
-            src_params = forget_tag_input(src_params)
-        if dst_net.get("tag_experts") and not src_net.get("tag_experts"):
-            src_params = as_experts(src_params)
-        params = widen_params(src_params, fresh, rows)
-        params = keep_fresh_experts(params, fresh, config.fresh_tags)
-    except ValueError as exc:
-        raise UserError(
-            f"--init-from {config.init_from} ({src_config.env_id}, {src_net}) cannot seed this run "
-            f"({config.env_id}, {dst_net}): {exc}"
-        ) from None
-    if mesh is not None:
-        params = distributed.replicated(params, mesh)
-    return runner.replace(train_state=runner.train_state.replace(params=params))
+    return config, resumes
 
 
 def _restore(ckpt, runner, run_dir: Path):
@@ -224,7 +278,7 @@ def _restore(ckpt, runner, run_dir: Path):
         ) from None
 
 
-def _train(args, config: PPOConfig, run, runner, ckpt, log: MetricsLog, run_dir: Path, t0: float):
+def _train(args, config: PPOConfig, run, runner, ckpt, log: MetricsLog, run_dir: Path, t0: float, loggers=()):
     """Runs chunks until the last update or a Ctrl-C/SIGTERM; returns (runner, interrupted)."""
     from tqdm.auto import tqdm
 
@@ -257,6 +311,8 @@ def _train(args, config: PPOConfig, run, runner, ckpt, log: MetricsLog, run_dir:
             for row in rows:
                 row["wall_s"] = round(time.time() - t0, 2)
             log.append(rows)
+            for logger in loggers:
+                logger.log(rows)
             chunks += 1
             if chunks % args.checkpoint_every == 0 or int(runner.update) >= config.num_updates:
                 ckpt.save(runner)

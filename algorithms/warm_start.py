@@ -18,9 +18,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxarena.cli_errors import UserError
 from jaxarena.observe import TAG as TAG_INDEX
 from jaxarena.types import NUM_TAGS
 
+from .config import PPOConfig
 from .networks import expert_mask
 
 
@@ -98,3 +100,41 @@ def keep_fresh_experts(warm_params, fresh_params, tags):
     """
     mask = expert_mask(warm_params, tags)
     return jax.tree.map(lambda is_fresh, warm, fresh: fresh if is_fresh else warm, mask, warm_params, fresh_params)
+
+
+def warm_start_runner(config: PPOConfig, runner, mesh=None):
+    """`runner` with the params of `config.init_from` carried over (widened to this run's inputs).
+
+    `mesh`: a multi-process run's, whose params are read on the host and put back replicated over it.
+    """
+    from . import distributed
+    from .checkpoint import load_params, obs_size_of
+
+    src_config, src_params = load_params(config.init_from)
+    fresh = runner.train_state.params if mesh is None else distributed.host(runner.train_state.params)
+    src_net, dst_net = src_config.network_kwargs(), config.network_kwargs()
+    if (src_net["hidden"], src_net["activation"]) != (dst_net["hidden"], dst_net["activation"]) or (
+        src_net.get("tag_experts") and not dst_net.get("tag_experts")
+    ):
+        raise UserError(f"--init-from {config.init_from}: network {src_net} differs from this run's {dst_net}")
+    try:
+        rows = input_rows(
+            obs_size_of(src_config),
+            src_net["tag_one_hot"],
+            obs_size_of(config),
+            dst_net["tag_one_hot"],
+        )
+        if src_config.combination == "A":
+            src_params = forget_tag_input(src_params)
+        if dst_net.get("tag_experts") and not src_net.get("tag_experts"):
+            src_params = as_experts(src_params)
+        params = widen_params(src_params, fresh, rows)
+        params = keep_fresh_experts(params, fresh, config.fresh_tags)
+    except ValueError as exc:
+        raise UserError(
+            f"--init-from {config.init_from} ({src_config.env_id}, {src_net}) cannot seed this run "
+            f"({config.env_id}, {dst_net}): {exc}"
+        ) from None
+    if mesh is not None:
+        params = distributed.replicated(params, mesh)
+    return runner.replace(train_state=runner.train_state.replace(params=params))

@@ -260,9 +260,11 @@ def summarise(runs: list[Run], presets: list[str], args) -> dict:
         out[preset] = {
             "time_to_policy_s": round(sum(times) / len(times), 1) if times else None,
             "passed": f"{len(times)}/{len(results)}",
+            "seeds_passed": len(times),
             "compile_s": round(runs[[r.preset for r in runs].index(preset)].program["compile_s"], 2),
             "runs": results,
         }
+    out["seeds_passed"] = {preset: out[preset]["seeds_passed"] for preset in presets}
     out["speedup"], out["speedup_at_least"] = (
         speedups(runs, presets[0], presets[1]) if len(presets) > 1 else (None, None)
     )

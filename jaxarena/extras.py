@@ -20,6 +20,8 @@ EXTRA_OF = {
     "httpx": "llm",
     "tokenizers": "llm",
     "gguf": "llm",
+    "tensorboardX": "log",
+    "wandb": "log",
 }
 
 

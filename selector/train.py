@@ -36,12 +36,13 @@ from jaxarena.algorithms.ppo_core import CoreConfig, make_core_trainer
 from jaxarena.cli_errors import ArgumentParser, cli_main
 from jaxarena.names import BOT_TYPES
 
+from .curves import plot_curves
 from .inputs import CANDIDATE_STYLES, InputConfig
 from .network import CandidateSelector
 from .population import make_population
+from .runs import CHECKPOINT, resume_runs, stack_runs, take_run, updates_done
 
 POPULATIONS = ("population", "scripted")
-CHECKPOINT = "selector.msgpack"
 BOTS = "bots.msgpack"
 
 
@@ -142,75 +143,105 @@ def _save(out: Path, payload: dict) -> None:
     os.replace(tmp, out / CHECKPOINT)
 
 
-def train(config: SelectorConfig, out: str | Path, progress: bool = True) -> dict:
-    """Runs (or resumes) a selector training run into `out`; returns the final metrics row."""
+def train(config: SelectorConfig, out: str | Path, progress: bool = True, seeds: int = 1) -> dict | list[dict]:
+    """Runs (or resumes) a selector training run into `out`; returns the final metrics row.
+
+    With `seeds` > 1, seeds `config.seed`, `config.seed + 1`, ... train in one vmapped program, each
+    in `out/seed_S` (its own config, learned bots, metrics and checkpoint, resumed together), and the
+    final rows come back as a list, one per seed.
+    """
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    saved_config = out / "config.json"
-    if saved_config.exists() and json.loads(saved_config.read_text()) != dataclasses.asdict(config):
-        raise ValueError(f"{out} holds a run with another config ({saved_config}); use a new --out")
-    saved_config.write_text(json.dumps(dataclasses.asdict(config), indent=2))
+    if seeds < 1:
+        raise ValueError(f"seeds must be >= 1, got {seeds}")
+    configs = [dataclasses.replace(config, seed=config.seed + i) for i in range(seeds)]
+    dirs = [out] if seeds == 1 else [out / f"seed_{c.seed}" for c in configs]
+    for c, d in zip(configs, dirs, strict=True):
+        saved_config = d / "config.json"
+        if saved_config.exists() and json.loads(saved_config.read_text()) != dataclasses.asdict(c):
+            raise ValueError(f"{d} holds a run with another config ({saved_config}); use a new --out")
+    have = [(d / CHECKPOINT).exists() for d in dirs]
+    if any(have) and not all(have):
+        raise ValueError(
+            f"{out} holds checkpoints of {sum(have)} of these {seeds} seeds: use the command that made them"
+        )
+    for c, d in zip(configs, dirs, strict=True):
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "config.json").write_text(json.dumps(dataclasses.asdict(c), indent=2))
 
     env, network, (squad_policy, squad_params), population = build(config)
     trainer = make_core_trainer(env, network, config.core())
-    state = trainer.init(jax.random.PRNGKey(config.seed))
-    bots = _learned_bots(config, squad_policy, squad_params, out, progress)
-    if (out / CHECKPOINT).exists():
-        target = dict(train_state=state.train_state, population=population, rng=state.rng, update=0)
-        saved = serialization.from_state_dict(target, serialization.msgpack_restore((out / CHECKPOINT).read_bytes()))
-        population = saved["population"]
-        state = trainer.init(jnp.asarray(saved["rng"]))  # fresh lanes, drawn from the restored population
-        env_state = state.env_state.replace(population=population)
-        state = state.replace(train_state=saved["train_state"], env_state=env_state, update=jnp.int32(saved["update"]))
-    run_updates = jax.jit(trainer.run_updates, static_argnums=1)
-    metrics_path = out / "metrics.jsonl"
-    rows = [json.loads(line) for line in metrics_path.read_text().splitlines()] if metrics_path.exists() else []
-    rows = [r for r in rows if r["update"] <= int(state.update)]
+    batched = seeds > 1
+    # One run, or the seeds' runs vmapped: every leaf of a batched state has a leading seed axis.
+    lift = jax.vmap if batched else (lambda f: f)
+    keys = jnp.stack([jax.random.PRNGKey(c.seed) for c in configs]) if batched else jax.random.PRNGKey(config.seed)
+    state = jax.jit(lift(trainer.init))(keys)
+    bots = [_learned_bots(c, squad_policy, squad_params, d, progress) for c, d in zip(configs, dirs, strict=True)]
+    if all(have):
+        state = resume_runs(trainer, state, dirs, batched, population)
+    if batched:
+        run_updates = jax.jit(lambda s, n: jax.vmap(lambda one: trainer.run_updates(one, n))(s), static_argnums=1)
+    else:
+        run_updates = jax.jit(trainer.run_updates, static_argnums=1)
+    rows = []
+    for d in dirs:
+        metrics_path = d / "metrics.jsonl"
+        old = [json.loads(line) for line in metrics_path.read_text().splitlines()] if metrics_path.exists() else []
+        rows.append([r for r in old if r["update"] <= updates_done(state)])
 
     total = config.num_updates
     generations = max(config.slots, 1)
     per_generation = math.ceil(total / generations)
     decisions_per_update = config.num_envs * config.num_steps
-    while int(state.update) < total:
-        generation = int(state.update) // per_generation
-        filled = state.env_state.population.learned_filled
+    while updates_done(state) < total:
+        generation = updates_done(state) // per_generation
+        filled = int(np.asarray(state.env_state.population.learned_filled).reshape(-1)[0])
         if config.slots and filled <= generation:
-            # The bot trainer's next checkpoint joins the population for this generation on.
-            population = state.env_state.population.with_learned_bot(filled, bots[filled])
+            # The bot trainer's next checkpoint joins the population for this generation on (each seed its own bot).
+            pops = [take_run(state.env_state.population, i, batched) for i in range(seeds)]
+            pops = [p.with_learned_bot(filled, b[filled]) for p, b in zip(pops, bots, strict=True)]
+            population = stack_runs(pops) if batched else pops[0]
             state = state.replace(env_state=state.env_state.replace(population=population))
             filled += 1
             _log(progress, f"generation {generation + 1}: learned bot checkpoint {filled}/{config.slots} joins")
-        n = min(config.chunk_updates, total - int(state.update), per_generation * (generation + 1) - int(state.update))
+        n = min(
+            config.chunk_updates, total - updates_done(state), per_generation * (generation + 1) - updates_done(state)
+        )
         t0 = time.perf_counter()
         state, metrics = run_updates(state, n)
         jax.block_until_ready(metrics)
         elapsed = time.perf_counter() - t0
-        new_rows = [_host_row(metrics, i) for i in range(n)]
-        decisions = n * decisions_per_update
-        for r in new_rows:
-            r["decisions"] = r["update"] * decisions_per_update
-            r["learned_bots"] = filled
-        new_rows[-1]["decisions_per_s"] = decisions / elapsed
-        new_rows[-1]["env_steps_per_s"] = decisions * env.steps_per_period / elapsed
-        rows += new_rows
-        with open(metrics_path, "w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in rows)
-        payload = {
-            "train_state": serialization.to_state_dict(state.train_state),
-            "population": serialization.to_state_dict(state.env_state.population),
-            "rng": np.asarray(state.rng),
-            "update": int(state.update),
-        }
-        _save(out, payload)
-        last = new_rows[-1]
+        decisions = n * decisions_per_update * seeds
+        for i, d in enumerate(dirs):
+            new_rows = [_host_row(take_run(metrics, i, batched), j) for j in range(n)]
+            for r in new_rows:
+                r["decisions"] = r["update"] * decisions_per_update
+                r["learned_bots"] = filled
+            # Throughput of the whole program (every seed's decisions), as a user of this command sees it.
+            new_rows[-1]["decisions_per_s"] = decisions / elapsed
+            new_rows[-1]["env_steps_per_s"] = decisions * env.steps_per_period / elapsed
+            rows[i] += new_rows
+            with open(d / "metrics.jsonl", "w") as f:
+                f.writelines(json.dumps(r) + "\n" for r in rows[i])
+            one = take_run(state, i, batched)
+            payload = {
+                "train_state": serialization.to_state_dict(one.train_state),
+                "population": serialization.to_state_dict(one.env_state.population),
+                "rng": np.asarray(one.rng),
+                "update": int(one.update),
+            }
+            _save(d, payload)
+        lasts = [r[-1] for r in rows]
         _log(
             progress,
-            f"update {int(state.update)}/{total}  win {last['win']:.2f}  "
-            + "  ".join(f"{b[:4]} {last[f'win_rate/{b}']:.2f}" for b in BOT_TYPES)
-            + f"  entropy {last['entropy']:.2f}  {last['decisions_per_s']:.0f} decisions/s",
+            f"update {updates_done(state)}/{total}  win {np.mean([last['win'] for last in lasts]):.2f}  "
+            + "  ".join(f"{b[:4]} {np.nanmean([last[f'win_rate/{b}'] for last in lasts]):.2f}" for b in BOT_TYPES)
+            + f"  entropy {np.mean([last['entropy'] for last in lasts]):.2f}"
+            + f"  {lasts[0]['decisions_per_s']:.0f} decisions/s"
+            + (f" ({seeds} seeds, means)" if batched else ""),
         )
-    plot_curves(rows, out / "curves.png")
-    return rows[-1]
+    for i, d in enumerate(dirs):
+        plot_curves(rows[i], d / "curves.png")
+    return [r[-1] for r in rows] if batched else rows[0][-1]
 
 
 def _bot_template(config: SelectorConfig):
@@ -267,41 +298,6 @@ def _learned_bots(config: SelectorConfig, squad_policy, squad_params, out: Path,
 def _log(progress: bool, message: str) -> None:
     if progress:
         print(message, file=sys.stderr, flush=True)
-
-
-def plot_curves(rows: list[dict], path: Path) -> Path | None:
-    """Win rate per scripted bot and the mean decision reward against decisions seen."""
-    if not rows:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    def smooth(key, k=10):
-        # Per-update rates are noisy (a few dozen episodes end per update): a trailing mean, NaN-aware.
-        y = np.asarray([r.get(key, np.nan) for r in rows], float)
-        seen = np.isfinite(y)
-        sums, counts = np.cumsum(np.where(seen, y, 0.0)), np.cumsum(seen)
-        lo = np.maximum(np.arange(len(y)) - k, -1)
-        window_sum = sums - np.where(lo >= 0, sums[lo], 0.0)
-        window_n = counts - np.where(lo >= 0, counts[lo], 0)
-        return np.where(window_n > 0, window_sum / np.maximum(window_n, 1), np.nan)
-
-    x = np.asarray([r["decisions"] for r in rows], float) / 1000.0
-    fig, (ax_win, ax_reward) = plt.subplots(1, 2, figsize=(10, 3.6))
-    for bot in BOT_TYPES + ("learned",):
-        if np.any(np.isfinite([r.get(f"win_rate/{bot}", np.nan) for r in rows])):
-            ax_win.plot(x, smooth(f"win_rate/{bot}"), label=bot if bot == "learned" else f"{bot} (+ variants)")
-    ax_win.plot(x, smooth("win"), "k--", label="all members")
-    ax_win.set(xlabel="decisions (thousands)", ylabel="squad win rate", ylim=(-0.02, 1.02), title="selector training")
-    ax_win.legend(fontsize=8)
-    ax_reward.plot(x, smooth("reward_mean"))
-    ax_reward.set(xlabel="decisions (thousands)", ylabel="team reward per decision")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
 
 
 def export_selector(run_dir: str | Path, dest: str | Path) -> Path:
@@ -369,7 +365,14 @@ def parse_args(argv=None) -> tuple[SelectorConfig, argparse.Namespace]:
             parse = (lambda s, k=kind: k(float(s))) if kind is int else kind  # "4e5" reads as an int
             p.add_argument(flag, type=parse, default=f.default, choices=choices.get(f.name), help=described)
     p.add_argument("--out", required=True, help="run directory (resumed if it holds a run)")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        metavar="N",
+        help="train N seeds (--seed, --seed + 1, ...) in one vmapped program, each in OUT/seed_S",
+    )
+    p.add_argument("--no-progress", action="store_true", help="print no progress lines")
     args = p.parse_args(argv)
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(SelectorConfig)}
     return SelectorConfig(**values), args
@@ -378,8 +381,11 @@ def parse_args(argv=None) -> tuple[SelectorConfig, argparse.Namespace]:
 @cli_main("jaxarena-train-selector")
 def main(argv=None) -> int:
     config, args = parse_args(argv)
-    last = train(config, args.out, progress=not args.no_progress)
-    print(json.dumps({"out": str(args.out), **{k: v for k, v in last.items() if "win" in k}}))
+    if args.seeds < 1:
+        raise ValueError(f"--seeds must be >= 1, got {args.seeds}")
+    last = train(config, args.out, progress=not args.no_progress, seeds=args.seeds)
+    for row in last if isinstance(last, list) else [last]:
+        print(json.dumps({"out": str(args.out), **{k: v for k, v in row.items() if "win" in k}}))
     return 0
 
 

@@ -57,6 +57,23 @@ def test_train_bot_returns_playable_checkpoints_oldest_first():
         train_bot(statue, None, params, jax.random.PRNGKey(0), 100, 0, config=config)
 
 
+def test_train_bot_vmaps_over_a_batch_of_seeds():
+    _, params = jaxarena.make("Arena-v0", episode_s=5.0)
+    config = dataclasses.replace(SMALL, num_steps=8, num_minibatches=2, update_epochs=1)
+    keys = jax.random.split(jax.random.PRNGKey(3), 2)
+    args = (statue, None, params)
+    checkpoints, metrics = train_bot(*args, keys, 2 * 64, 8, 64, config=config, hidden=16)
+    assert len(checkpoints) == 2
+    chex.assert_shape(checkpoints[-1].w2, (2, *init_bot_weights(jax.random.PRNGKey(0), 16).w2.shape))
+    chex.assert_shape(metrics["entropy"], (2, 2))
+    np.testing.assert_array_equal(metrics["env_steps"], [[64, 128], [64, 128]])
+    for i in range(2):  # seed i of the batch is the run from keys[i] alone, to float tolerance
+        alone, alone_metrics = train_bot(*args, keys[i], 2 * 64, 8, 64, config=config, hidden=16)
+        chex.assert_trees_all_close(jax.tree.map(lambda x, i=i: x[i], checkpoints[-1]), alone[-1], atol=1e-4)
+        np.testing.assert_allclose(metrics["entropy"][i], alone_metrics["entropy"], atol=1e-4)
+    assert not np.allclose(checkpoints[-1].w2[0], checkpoints[-1].w2[1])
+
+
 @pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_bot_learns_to_find_and_beat_a_standing_squad():
     # A squad that never moves and cannot hurt: a bot moving at random almost never reaches it.

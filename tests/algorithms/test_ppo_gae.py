@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxarena.algorithms.ppo import calculate_gae, masked_mean
+from jaxarena.algorithms.ppo_objective import calculate_gae, masked_mean
 
 GAMMA, LAM = 0.9, 0.8
 
@@ -108,7 +108,7 @@ def test_loss_ignores_masked_transitions():
     """The PPO loss and its gradient are unchanged by garbage in dead NPCs' samples."""
     from jaxarena.algorithms.config import PPOConfig
     from jaxarena.algorithms.networks import ActorCritic
-    from jaxarena.algorithms.ppo import Transition, ppo_loss
+    from jaxarena.algorithms.ppo_objective import Transition, ppo_loss
 
     cfg = PPOConfig(hidden=8)
     net = ActorCritic(hidden=8)
@@ -171,7 +171,7 @@ def test_an_entropy_target_pulls_the_entropy_towards_it_from_either_side():
     """`ent_target` H*: the entropy term is ent_coef * |H - H*|, so a step lowers H above H* and raises it below."""
     from jaxarena.algorithms.config import PPOConfig
     from jaxarena.algorithms.networks import ActorCritic
-    from jaxarena.algorithms.ppo import Transition, ppo_loss
+    from jaxarena.algorithms.ppo_objective import Transition, ppo_loss
 
     net = ActorCritic(hidden=8)
     obs = jax.random.uniform(jax.random.PRNGKey(2), (16, 23))

@@ -82,3 +82,27 @@ def test_learned_bot_checkpoints_join_the_population_by_generation(tmp_path):
     bots = serialization.msgpack_restore((out / "bots.msgpack").read_bytes())
     first, second = (np.concatenate([np.ravel(x) for x in jax.tree.leaves(b)]) for b in bots.values())
     assert not np.allclose(first, second)  # two different checkpoints
+
+
+@pytest.mark.slow  # two selector programs compiled, then a resume: over ~10 s on 2 cores
+def test_seeds_train_in_one_program_each_as_alone_and_resume(tmp_path):
+    config = SelectorConfig(**{**TINY, "seed": 3})
+    out = tmp_path / "runs"
+    lasts = train(config, out, progress=False, seeds=2)
+    assert [r["update"] for r in lasts] == [4, 4]
+    assert json.loads((out / "seed_4" / "config.json").read_text())["seed"] == 4
+    alone = train(SelectorConfig(**{**TINY, "seed": 4}), tmp_path / "alone", progress=False)
+    _, _, batch_params = load_selector(out / "seed_4")
+    _, _, alone_params = load_selector(tmp_path / "alone")
+    diffs = jax.tree.leaves(jax.tree.map(lambda a, b: float(np.max(np.abs(a - b))), batch_params, alone_params))
+    assert max(diffs) < 1e-4
+    assert alone["update"] == 4
+    _, _, other = load_selector(out / "seed_3")
+    assert max(jax.tree.leaves(jax.tree.map(lambda a, b: float(np.max(np.abs(a - b))), batch_params, other))) > 1e-3
+    # A longer budget resumes both seeds where they stopped.
+    longer = SelectorConfig(**{**TINY, "seed": 3, "total_decisions": 16 * 4 * 6})
+    with pytest.raises(ValueError, match="another config"):
+        train(longer, out, progress=False, seeds=2)  # the budget is part of the config: refused, as for one seed
+    (out / "seed_3" / "selector.msgpack").unlink()
+    with pytest.raises(ValueError, match="checkpoints of 1 of these 2 seeds"):
+        train(config, out, progress=False, seeds=2)

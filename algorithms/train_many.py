@@ -1,0 +1,305 @@
+"""`jaxarena-train --seeds N` and `--sweep`: many runs in one compiled program, each in its own folder.
+
+    jaxarena-train --seeds 8 --out runs/a                          # runs/a/seed_0 ... runs/a/seed_7
+    jaxarena-train --seeds 4 --sweep lr=1e-4,3e-4 --out runs/lr    # runs/lr/lr=1e-4/seed_0 ...
+
+Each run's folder is a run folder as `jaxarena-train` writes for one seed (config.json with its
+seed and setting, checkpoints, metrics.jsonl/csv, the learning curve, and the `--log` loggers'
+files), so `load_policy("runs/a/seed_3")` and every other tool take it as it is. Runs that share
+a program (`multi_run.group_runs`) step together in one vmapped chunk; their checkpoints are
+written after the same chunks, so a Ctrl-C or a kill loses at most the unfinished chunk, and the
+same command resumes every run from the newest update all of them saved. At the end each run is
+played on held-out episodes against every bot (`--eval-episodes`), and `summary.md` /
+`summary.json` in `--out` give the win rates per setting: mean, range over seeds, and how many
+seeds cleared the bars.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from jaxarena import cli_errors
+from jaxarena.cli_errors import UserError
+from jaxarena.files import write_atomic
+from jaxarena.types import BOT_TYPES
+
+from .config import PPOConfig
+from .loggers import TENSORBOARD_DIR, WANDB_ID_FILE, make_logger
+from .multi_run import Run, group_runs, make_batch_trainer, stack, take
+from .train_metrics import MetricsLog, host_metrics, plot_curves
+
+SUMMARY_FILES = ("summary.md", "summary.json")
+RUN_FILES = ("checkpoints", "metrics.csv", "metrics.jsonl", "config.json", "learning_curve.png", TENSORBOARD_DIR)
+#: The held-out episodes' root key: no training run's stream starts from it (training keys are `seed`).
+EVAL_KEY = 2_000_003
+#: A run "learned" when its held-out win rates reach these (the time-to-policy bars, docs/training.md).
+BARS = {"aggressive": 0.95, "evasive": 0.90, "balanced": 0.95}
+
+
+@dataclass
+class RunFiles:
+    """One run's folder and what writes into it."""
+
+    run: Run
+    path: Path
+    ckpt: object = None
+    log: MetricsLog | None = None
+    loggers: list = field(default_factory=list)
+
+
+def plan(args, base: PPOConfig, sweep: dict[str, list[str]]) -> list[Run]:
+    """The runs of `--seeds N` (from `--seed`, default 0) over the sweep's grid; a UserError for a bad setting."""
+    from .multi_run import plan_runs
+
+    first = base.seed
+    try:
+        return plan_runs(base, range(first, first + args.seeds), sweep)
+    except ValueError as exc:
+        raise UserError(f"--sweep: {exc}") from None
+
+
+def open_runs(args, out: Path, runs: list[Run]) -> bool:
+    """Checks `--out` against the planned runs before anything is written; returns whether they resume.
+
+    Every run resumes or none does: a folder where only some runs have checkpoints (an earlier run with
+    other seeds or settings) is refused, as is a resumed run whose stored config differs.
+    """
+    from .checkpoint import has_checkpoint, read_config
+
+    if args.fresh and out.exists():
+        for run in runs:
+            for name in RUN_FILES + (WANDB_ID_FILE,):
+                target = out / run.name / name
+                shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+        for name in SUMMARY_FILES:
+            (out / name).unlink(missing_ok=True)
+    have = [has_checkpoint(out / r.name) for r in runs]
+    if args.resume and not all(have):
+        raise UserError(f"--resume: no checkpoint for {[r.name for r, h in zip(runs, have, strict=True) if not h]}")
+    if any(have) and not all(have):
+        raise UserError(
+            f"{out} holds checkpoints of {sum(have)} of these {len(runs)} runs: "
+            "use the command that made them to resume, --fresh to start over, or a new --out"
+        )
+    if all(have):
+        for run in runs:
+            stored = read_config(out / run.name).to_dict()
+            wanted = run.config.to_dict()
+            changed = sorted(k for k in wanted if k != "total_timesteps" and stored.get(k) != wanted[k])
+            if changed:
+                raise UserError(
+                    f"resuming {out / run.name}: cannot change {changed} of an existing run "
+                    "(use --fresh or a new --out)"
+                )
+    return all(have)
+
+
+def train_many(args, base: PPOConfig, sweep: dict[str, list[str]], warm_start) -> int:
+    """Trains every run of the plan, batch by batch; returns the exit status."""
+    import jax
+
+    from .checkpoint import Checkpointer
+
+    out = Path(args.out)
+    runs = plan(args, base, sweep)
+    resume = open_runs(args, out, runs)
+    groups = group_runs(runs)
+    total_steps = sum(r.config.num_updates * r.config.steps_per_update for r in runs)
+    bar = _progress_bar(args, total_steps)
+    t0 = time.time()
+    done_files: list[RunFiles] = []
+    print(
+        f"{len(runs)} runs ({args.seeds} seeds x {len(runs) // args.seeds} settings) in {len(groups)} program(s) "
+        f"on {len(jax.devices())} {jax.devices()[0].platform} device(s); folders under {out}",
+        flush=True,
+    )
+    interrupted = False
+    try:
+        for group in groups:
+            batch = make_batch_trainer(group)
+            config = group[0].config
+            files = [RunFiles(run, out / run.name) for run in group]
+            runner = jax.jit(batch.init)()
+            if resume:
+                runner = _restore(files, runner, config)
+            elif config.init_from:
+                runner = stack([warm_start(config, take(runner, i)) for i in range(len(group))])
+            for f in files:  # only now, with the start known to work, is anything written
+                f.path.mkdir(parents=True, exist_ok=True)
+                f.ckpt = Checkpointer(f.path, f.run.config, max_to_keep=args.keep or None)
+                start = int(np.asarray(runner.update)[0])
+                f.log = MetricsLog(f.path, start)
+                f.loggers = [_logger(args, kind, f, start * config.steps_per_update) for kind in args.log]
+            bar.update(int(np.asarray(runner.update)[0]) * config.steps_per_update * len(group))
+            runner = batch.place(runner)
+            try:
+                runner = _train_group(args, batch, runner, files, bar, t0)
+            finally:
+                for f in files:
+                    for logger in f.loggers:
+                        logger.close()
+            done_files += files
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        bar.close()
+        for f in done_files:
+            if f.ckpt is not None:
+                f.ckpt.close()
+    if interrupted:
+        cli_errors.interrupted("jaxarena-train", f"the unfinished chunk is lost; {cli_errors.RESUME_HINT}")
+        return cli_errors.INTERRUPTED_EXIT
+    table = summarise(args, runs, out)
+    print(f"wall time {time.time() - t0:.1f} s")
+    print(table)
+    print(f"summary:     {out / 'summary.md'}, {out / 'summary.json'}")
+    print(f'use a run:   policy, params = jaxarena.algorithms.checkpoint.load_policy("{out / runs[0].name}")')
+    return 0
+
+
+def _logger(args, kind: str, f: RunFiles, start_env_steps: int):
+    group = f.run.setting_name or Path(args.out).name
+    return make_logger(
+        kind,
+        f.path,
+        name=f"{Path(args.out).name}/{f.run.name}",
+        group=group,
+        config=f.run.config.to_dict(),
+        start_env_steps=start_env_steps,
+        project=args.wandb_project,
+    )
+
+
+def _progress_bar(args, total_steps: int):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total_steps, unit="step", unit_scale=True, disable=args.no_progress, dynamic_ncols=True)
+
+
+def _restore(files: list[RunFiles], runner, config: PPOConfig):
+    """Every run's checkpoint at the newest update all of them saved, stacked like `runner`."""
+    from .checkpoint import Checkpointer
+
+    readers = [Checkpointer(f.path, f.run.config, max_to_keep=None, save_config=False) for f in files]
+    try:
+        steps = [set(r.all_steps()) for r in readers]
+        common = set.intersection(*steps)
+        if not common:
+            raise UserError("the runs' checkpoints share no update: start over with --fresh")
+        step = max(common)
+        restored = [r.restore(take(runner, i), step) for i, r in enumerate(readers)]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UserError(
+            f"cannot resume: a checkpoint does not match this version's runner state ({type(exc).__name__}); "
+            "--fresh starts over"
+        ) from None
+    finally:
+        for r in readers:
+            r.close()
+    print(f"resumed {len(files)} runs at update {step}/{config.num_updates}", flush=True)
+    return stack(restored)
+
+
+def _train_group(args, batch, runner, files: list[RunFiles], bar, t0: float):
+    """Chunks of vmapped updates until the group's last update; logs and saves every run after each chunk."""
+    import jax
+
+    config = batch.runs[0].config
+    run = jax.jit(batch.run_updates, static_argnums=1, donate_argnums=0)
+    compiled: dict[int, object] = {}
+    chunks = 0
+    while (update := int(np.asarray(runner.update)[0])) < config.num_updates:
+        n = min(args.chunk, config.num_updates - update)
+        if n not in compiled:
+            tc = time.time()
+            compiled[n] = run.lower(runner, n).compile()
+            print(f"compiled a {n}-update chunk of {len(files)} runs in {time.time() - tc:.1f} s", flush=True)
+        tc = time.time()
+        runner, metrics = compiled[n](runner)
+        metrics = jax.device_get(metrics)
+        elapsed = time.time() - tc
+        chunks += 1
+        save = chunks % args.checkpoint_every == 0 or update + n >= config.num_updates
+        host_runner = jax.device_get(runner) if save else None
+        wins = {b: [] for b in config.bots}
+        for i, f in enumerate(files):
+            rows = [host_metrics(take(metrics, i), j) for j in range(n)]
+            for row in rows:
+                row["wall_s"] = round(time.time() - t0, 2)
+            f.log.append(rows)
+            for logger in f.loggers:
+                logger.log(rows)
+            if save:
+                f.ckpt.save(take(host_runner, i))
+            for b in config.bots:
+                eps = sum(r[f"episodes_per_bot_{b}"] for r in rows)
+                if eps:
+                    wins[b].append(sum(r[f"npc_wins_per_bot_{b}"] for r in rows) / eps)
+            if chunks % 10 == 0:
+                plot_curves(f.log.rows, f.path / "learning_curve.png", f"{f.run.name}")
+        post = {"sps": f"{n * config.steps_per_update * len(files) / elapsed:,.0f}"}
+        post.update({f"win_{b[:3]}": f"{np.mean(w):.2f}" for b, w in wins.items() if w})
+        bar.set_postfix(post, refresh=False)
+        bar.update(n * config.steps_per_update * len(files))
+    for f in files:
+        plot_curves(f.log.rows, f.path / "learning_curve.png", f"{f.run.name}")
+    return runner
+
+
+def summarise(args, runs: list[Run], out: Path) -> str:
+    """Plays every run's final policy on held-out episodes and writes summary.md/json; returns the table."""
+    from .checkpoint import load_params
+    from .evaluation import win_rates
+
+    results = []
+    for run in runs:
+        row = {"run": run.name, "setting": run.setting_name, "seed": run.config.seed}
+        if args.eval_episodes:
+            config, params = load_params(out / run.name)
+            row.update(win_rates(config, params, args.eval_episodes, EVAL_KEY))
+            row["learned"] = all(row[b] >= bar for b, bar in BARS.items())
+        results.append(row)
+    settings = list(dict.fromkeys(r["setting"] for r in results))
+    lines = [
+        f"Held-out NPC win rate of each run's final policy, {args.eval_episodes} episodes per bot "
+        f"(the same episodes for every run); learned: >= {BARS['aggressive']:.0%} / {BARS['evasive']:.0%} / "
+        f"{BARS['balanced']:.0%} against the aggressive / evasive / balanced bot.",
+        "",
+        "| setting | seeds | " + " | ".join(f"vs {b}: mean [min, max]" for b in BOT_TYPES) + " | learned |",
+        "|---|---|" + "---|" * len(BOT_TYPES) + "---|",
+    ]
+    if not args.eval_episodes:
+        lines = ["No held-out evaluation (--eval-episodes 0): see each run's metrics.jsonl."]
+    by_setting = {}
+    for setting in settings:
+        rows = [r for r in results if r["setting"] == setting]
+        entry = {"seeds": [r["seed"] for r in rows]}
+        if args.eval_episodes:
+            cells = []
+            for b in BOT_TYPES:
+                v = np.array([r[b] for r in rows])
+                entry[b] = {"mean": round(float(v.mean()), 4), "min": float(v.min()), "max": float(v.max())}
+                cells.append(f"{100 * v.mean():.1f} [{100 * v.min():.1f}, {100 * v.max():.1f}]")
+            entry["learned"] = f"{sum(r['learned'] for r in rows)}/{len(rows)}"
+            lines.append(f"| {setting or '(base)'} | {len(rows)} | " + " | ".join(cells) + f" | {entry['learned']} |")
+        by_setting[setting or "(base)"] = entry
+    table = "\n".join(lines)
+    write_atomic(out / "summary.md", table + "\n")
+    summary = {"eval_episodes": args.eval_episodes, "bars": BARS, "settings": by_setting, "runs": results}
+    write_atomic(out / "summary.json", json.dumps(summary, indent=2, default=_json_default) + "\n")
+    return table
+
+
+def _json_default(x):
+    if isinstance(x, (np.floating, np.integer)):
+        return x.item()
+    if isinstance(x, float) and math.isnan(x):
+        return None
+    raise TypeError(type(x))
