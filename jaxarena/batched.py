@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import batched_rules as rules
+from .checks import check_range
 from .env import Arena, auto_reset
 from .spawn import _NUM_UNIFORMS, _mix32
 from .types import (
@@ -110,6 +111,7 @@ class BatchedArena:
 
     def step(self, keys: jax.Array, state: EnvState, actions: jax.Array, params: EnvParams | None = None):
         """One tick of every arena with auto-reset: as `jax.vmap(env.step)`, the state batch-last."""
+        raw = actions
         params, keys, actions = self.checked_params(params), self._keys(keys), jnp.asarray(actions)
         n = state.t.shape[-1]
         if actions.shape != (n, NUM_NPCS) or keys.shape[0] != n:
@@ -119,6 +121,7 @@ class BatchedArena:
             )
         if not jnp.issubdtype(actions.dtype, jnp.integer):
             raise TypeError(f"actions must be integers in 0..{self.num_actions - 1}, got dtype {actions.dtype}")
+        check_range(raw, self.num_actions, "each NPC's action (Table 4)")  # as env.step refuses it
         stepped, reward, terminated, truncated, info = step_env(state, actions.T.astype(jnp.int32), params)
         # A reduction (see rules.keep): else XLA recomputes the whole tick in every field's select.
         (done,) = rules.keep(terminated | truncated)

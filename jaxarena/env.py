@@ -11,6 +11,7 @@ from .bots import BotState, World, scripted_bot
 from .checks import check_key, check_range
 from .formations import SLOT_FEATURES, slot_features
 from .learned_bot import learned_move
+from .names import tag_index
 from .observe import FACING, can_melee, observe, with_tag
 from .rewards import tag_shaping, team_reward
 from .spaces import Box, Discrete
@@ -188,11 +189,13 @@ class Arena:
         return slot_features(state.tag, state.npc_pos, state.bot_pos, state.bot_facing, params, self.flank_sides)
 
     def set_tag(self, state: EnvState, tag) -> EnvState:
-        """Set the strategy tag (0 Surround, 1 Aggressive, 2 Flank, 3 Retreat).
+        """Set the strategy tag (0 Surround, 1 Aggressive, 2 Flank, 3 Retreat), by code or by name ("Flank").
 
-        A concrete tag outside 0..3 raises ValueError. A traced tag cannot be
-        checked at trace time, so it is clipped into 0..3.
+        A concrete tag outside 0..3 or an unknown name raises ValueError. A traced
+        tag cannot be checked at trace time, so it is clipped into 0..3.
         """
+        if isinstance(tag, str):
+            tag = tag_index(tag)
         if not isinstance(tag, jax.core.Tracer):
             value = np.asarray(tag)  # numpy, so the check also runs while tracing
             if value.shape != () or not np.issubdtype(value.dtype, np.integer):

@@ -137,11 +137,16 @@ class MultiAgentArena(GymnaxWrapper):
     def agent_classes(self) -> dict:
         return {"npc": list(self.agents)}
 
+    def _check_agent(self, agent: str) -> str:
+        if agent not in self.agents:
+            raise ValueError(f"no agent {agent!r}; the agents are {', '.join(self.agents)}")
+        return agent
+
     def observation_space(self, agent: str) -> Box:
-        return self.observation_spaces[agent]
+        return self.observation_spaces[self._check_agent(agent)]
 
     def action_space(self, agent: str) -> Discrete:
-        return self.action_spaces[agent]
+        return self.action_spaces[self._check_agent(agent)]
 
     def world_state_size(self) -> int:
         return NUM_NPCS * self.obs_size
@@ -160,6 +165,16 @@ class MultiAgentArena(GymnaxWrapper):
         return self._obs_dict(self._env.observe(state, self.params))
 
     def step(self, key: jax.Array, state: EnvState, actions: dict[str, Any], reset_state: EnvState | None = None):
+        missing = [a for a in self.agents if a not in actions]
+        unknown = [a for a in actions if a not in self.agents]
+        if missing or unknown:  # the dict's keys are static, so this holds under jit too
+            raise ValueError(
+                f"actions needs one entry per agent ({', '.join(self.agents)}); "
+                + "; ".join(
+                    p for p in (f"missing {missing}" if missing else "", f"unknown {unknown}" if unknown else "") if p
+                )
+                + " (a dead NPC's action is ignored: pass any, e.g. 0)"
+            )
         stacked = jnp.stack([jnp.asarray(actions[a]).reshape(()) for a in self.agents]).astype(jnp.int32)
         obs, next_state, reward, done, info = self._env.step(key, state, stacked, self.params)
         if reset_state is not None:

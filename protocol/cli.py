@@ -81,6 +81,7 @@ def evaluate(
     run_dir = Path(out) / run_id
     if fresh and run_dir.exists():
         shutil.rmtree(run_dir)
+    new_dirs = [d for d in (Path(out), run_dir) if not d.exists()]
     run_dir.mkdir(parents=True, exist_ok=True)
     if cache_path is True:
         cache_path = Path(out) / "llm_cache.jsonl"
@@ -89,9 +90,13 @@ def evaluate(
 
     from .summary import write_outputs
 
-    runner = ProtocolRunner(
-        config, run_dir, cache_path=cache_path, progress=progress, after_cell=after_cell, preflight=preflight
-    )
+    try:
+        runner = ProtocolRunner(
+            config, run_dir, cache_path=cache_path, progress=progress, after_cell=after_cell, preflight=preflight
+        )
+    except BaseException:
+        _remove_empty(new_dirs)
+        raise
     try:
         cells = runner.run()
         policies = {}
@@ -102,8 +107,11 @@ def evaluate(
         identities = {}
         for name in config.combinations:
             identities.update(combinations.get(name).meta(runner.context, config))
-    finally:
+    except BaseException:
         runner.close()
+        _remove_empty(new_dirs)  # a run that failed before writing anything leaves no empty folders behind
+        raise
+    runner.close()
     meta = {
         "run_id": run_id,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -120,6 +128,13 @@ def evaluate(
     summary = write_outputs(run_dir, cells, config, meta, figures=figures)
     summary["run_dir"] = str(run_dir)
     return summary
+
+
+def _remove_empty(new_dirs: list[Path]) -> None:
+    """Removes the folders this run created, innermost first, where they hold no file."""
+    for directory in reversed(new_dirs):
+        if directory.is_dir() and not any(p.is_file() for p in directory.rglob("*")):
+            shutil.rmtree(directory)
 
 
 def _llm_spec(text: str) -> str:

@@ -125,6 +125,14 @@ def test_set_tag_checks_concrete_tags_and_clips_traced_ones():
     with pytest.raises(TypeError, match="scalar integer"):
         env.set_tag(state, jnp.array([1, 2]))
     assert int(jax.jit(env.set_tag)(state, jnp.int32(9)).tag) == 3  # documented clip under jit
+    # Names work wherever codes do, in any case; an unknown name lists the tags.
+    obs, _ = env.reset(jax.random.key(0), params)
+    named_obs, named = env.retag(obs, state, "Aggressive")
+    coded_obs, coded = env.retag(obs, state, 1)
+    assert int(named.tag) == 1 and int(env.set_tag(state, "flank").tag) == 2
+    chex.assert_trees_all_equal(named_obs, coded_obs)
+    with pytest.raises(ValueError, match="choose one of surround, aggressive, flank, retreat"):
+        env.retag(obs, state, "Charge")
 
 
 def _trajectory(env, params, key, n=200):

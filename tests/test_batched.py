@@ -90,6 +90,14 @@ def test_it_refuses_what_it_does_not_play():
         BatchedArena(env).step(keys[:1], state, jnp.zeros((4, 5), jnp.int32), params)
     with pytest.raises(TypeError, match="actions must be integers"):
         BatchedArena(env).step(keys, state, jnp.full((4, 5), 5.7), params)
+    # A concrete action env.step refuses is refused here too, with the same words.
+    for bad in (7, -1):
+        actions = np.zeros((4, 5), np.int32)
+        actions[2, 3] = bad
+        with pytest.raises(ValueError, match=rf"each NPC's action \(Table 4\) must be in 0..5, got {bad}"):
+            BatchedArena(env).step(keys, state, actions, params)
+        with pytest.raises(ValueError, match=rf"must be in 0..5, got {bad}"):
+            env.step(keys[0], jax.tree.map(lambda x: x[..., 0], state), actions[2], params)
 
 
 def test_a_traced_unsupported_recipe_pays_nan_not_a_wrong_reward():

@@ -112,6 +112,9 @@ def test_a_user_error_is_one_line_and_debug_shows_the_traceback(
     argv = [a.format(tmp=tmp_path) for a in argv] + ["--out", str(tmp_path / "out")]
     code, err = _run(main, argv, capsys)
     _assert_one_line(prog, code, err, *words)
+    if prog in ("jaxarena-evaluate", "jaxarena-train"):  # a failed start leaves no empty folders behind
+        assert not (tmp_path / "out").exists() or any(p.is_file() for p in (tmp_path / "out").rglob("*"))
+        assert not [p for p in (tmp_path / "out").rglob("*") if p.is_dir() and not any(p.iterdir())]
     if debug_raises is not None:  # argparse's own errors have no traceback to show
         with pytest.raises(debug_raises):
             main([*argv, "--debug"])

@@ -157,3 +157,19 @@ def test_make_jaxmarl_serves_the_arena_variants_only():
         assert jaxarena.make_jaxmarl(env_id).name == f"jaxarena.{env_id}"
     with pytest.raises(ValueError, match="make_jaxmarl serves the arena variants"):
         jaxarena.make_jaxmarl("BotArena-v0")
+
+
+def test_multi_agent_view_names_missing_and_unknown_agents():
+    env = jaxarena.make_jaxmarl("Arena-v0")
+    obs, state = env.reset(jax.random.key(0))
+    actions = {a: jnp.int32(0) for a in env.agents}
+    with pytest.raises(ValueError, match=r"missing \['npc_4'\]"):
+        env.step(jax.random.key(1), state, {a: v for a, v in actions.items() if a != "npc_4"})
+    with pytest.raises(ValueError, match=r"unknown \['npc_9'\]"):
+        env.step(jax.random.key(1), state, {**actions, "npc_9": jnp.int32(0)})
+    with pytest.raises(ValueError, match="the agents are npc_0, npc_1"):
+        env.action_space("npc_9")
+    with pytest.raises(ValueError, match="no agent 'bot'"):
+        env.observation_space("bot")
+    _, _, rewards, _, _ = env.step(jax.random.key(1), state, actions)  # the whole dict still steps
+    assert set(rewards) == set(env.agents)

@@ -193,6 +193,17 @@ def test_the_command_prints_the_table_and_the_cards(capsys):
     assert zoo_cli.main(["--kind", "selector", "--json"]) == 0
     cards = json.loads(capsys.readouterr().out)
     assert [c["name"] for c in cards] == SELECTORS and cards[0]["win_rates"][0]["bot"] == "aggressive"
+    # One entry by name: its whole card, every win rate with its interval; an unknown name lists the names.
+    assert zoo_cli.main(["A-raid"]) == 0
+    out = capsys.readouterr().out
+    card = zoo.list(kind="squad")[[c.name for c in zoo.list(kind="squad")].index("A-raid")]
+    assert out.startswith("A-raid (squad, recommended)") and card.command in out
+    assert all(f"{r.win_pct:.1f}% [{r.ci95[0]:.1f}, {r.ci95[1]:.1f}] (n {r.n}" in out for r in card.win_rates)
+    assert zoo_cli.main(["C", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["name"] == "C"
+    assert zoo_cli.main(["no-such-entry"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no zoo entry 'no-such-entry'; entries: A, A-brute" in err
 
 
 def test_the_coders_grpo_adapter_card_compares_it_with_the_sft_adapter_it_started_from():
