@@ -66,7 +66,10 @@ class TensorBoardLogger:
         from tensorboardX import SummaryWriter
 
         purge = start_env_steps + 1 if start_env_steps else None
-        self.writer = SummaryWriter(logdir=str(Path(run_dir) / TENSORBOARD_DIR), purge_step=purge)
+        # The suffix keeps a resumed run's file apart from the one it continues, even within the same second.
+        self.writer = SummaryWriter(
+            logdir=str(Path(run_dir) / TENSORBOARD_DIR), purge_step=purge, filename_suffix=f".from_{start_env_steps}"
+        )
 
     def log(self, rows: list[dict]) -> None:
         for row in rows:

@@ -104,6 +104,26 @@ def read_tensorboard_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]
     return scalars
 
 
+def test_tensorboard_logger_writes_every_scalar_against_env_steps_and_purges_on_resume(tmp_path):
+    from jaxarena.algorithms.loggers import make_logger
+
+    rows = [{"update": u, "env_steps": 100 * u, "entropy": 1.0 / u, "npc_win_rate": float("nan")} for u in (1, 2, 3)]
+    logger = make_logger("tensorboard", tmp_path, name="run")
+    logger.log(rows)
+    logger.close()
+    scalars = read_tensorboard_scalars(tmp_path / "tensorboard")
+    assert scalars["entropy"] == [(100, 1.0), (200, 0.5), (300, pytest.approx(1 / 3))]
+    assert "npc_win_rate" not in scalars and "update" not in scalars  # NaN (no episode ended) and bookkeeping
+    # A run resumed at update 2 rewrites update 3 into a new event file that carries the purge marker
+    # (TensorBoard drops the earlier file's steps past 200 when it reads them).
+    logger = make_logger("tensorboard", tmp_path, name="run", start_env_steps=200)
+    logger.log([{"update": 3, "env_steps": 300, "entropy": 0.25}])
+    logger.close()
+    entropy = read_tensorboard_scalars(tmp_path / "tensorboard")["entropy"]
+    assert (300, 0.25) in entropy and entropy[:2] == [(100, 1.0), (200, 0.5)]
+
+
+@pytest.mark.slow  # two chunked CLI runs of two seeds, a summary's held-out episodes, a resume: ~1 min on 2 cores
 def test_train_command_many_seeds_logs_to_tensorboard_and_resumes(tmp_path, capsys):
     out = tmp_path / "runs"
     steps = 6 * 8 * 3
@@ -177,6 +197,7 @@ def test_bad_set_values_fail_in_one_line_and_write_nothing(tmp_path, capsys):
         assert not out.exists(), bad
 
 
+@pytest.mark.slow  # W&B starts a service process per run
 def test_wandb_offline_writes_one_run_per_seed(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_MODE", "offline")
