@@ -189,13 +189,11 @@ class Arena:
         return slot_features(state.tag, state.npc_pos, state.bot_pos, state.bot_facing, params, self.flank_sides)
 
     def set_tag(self, state: EnvState, tag) -> EnvState:
-        """Set the strategy tag (0 Surround, 1 Aggressive, 2 Flank, 3 Retreat), by code or by name ("Flank").
+        """Set the strategy tag (0 Surround, 1 Aggressive, 2 Flank, 3 Retreat), by code or name ("Flank").
 
-        A concrete tag outside 0..3 or an unknown name raises ValueError. A traced
-        tag cannot be checked at trace time, so it is clipped into 0..3.
+        A concrete tag outside 0..3 or an unknown name raises ValueError; a traced one is clipped into 0..3.
         """
-        if isinstance(tag, str):
-            tag = tag_index(tag)
+        tag = tag_index(tag) if isinstance(tag, str) else tag
         if not isinstance(tag, jax.core.Tracer):
             value = np.asarray(tag)  # numpy, so the check also runs while tracing
             if value.shape != () or not np.issubdtype(value.dtype, np.integer):
@@ -207,8 +205,7 @@ class Arena:
     def retag(self, obs: jax.Array, state: EnvState, tag, params: EnvParams | None = None):
         """Change the strategy tag of a running episode: `(obs, state)` with both carrying `tag`.
 
-        The one way to change the tag between observing and acting: `set_tag`
-        alone leaves the observation's tag slot stale. Checks as `set_tag`.
+        The one way to change the tag between observing and acting (`set_tag` leaves the obs stale); checks as it.
         """
         state = self.set_tag(state, tag)
         obs = with_tag(obs, state.tag)
