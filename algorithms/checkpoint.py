@@ -17,6 +17,7 @@ An exported policy (`export_policy`) has the same layout with only `params`.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,6 +29,7 @@ import jaxarena
 from jaxarena.files import write_atomic
 
 from .config import PPOConfig
+from .loggers import TENSORBOARD_DIR, WANDB_ID_FILE
 from .networks import ActorCritic
 
 CONFIG_FILE = "config.json"
@@ -104,6 +106,25 @@ class Checkpointer:
 
     def close(self):
         self._mngr.close()
+
+
+#: Everything a training run writes into its folder (`--fresh` removes these and nothing else).
+RUN_FILES = (
+    CHECKPOINT_DIR,
+    CONFIG_FILE,
+    "metrics.csv",
+    "metrics.jsonl",
+    "learning_curve.png",
+    TENSORBOARD_DIR,
+    WANDB_ID_FILE,
+)
+
+
+def clear_run(run_dir: str | Path) -> None:
+    """Removes what a training run wrote into `run_dir` (`RUN_FILES`), leaving anything else there."""
+    for name in RUN_FILES:
+        target = Path(run_dir) / name
+        shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
 
 
 def has_checkpoint(run_dir: str | Path) -> bool:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import shutil
 import signal
 import sys
 import time
@@ -245,7 +244,7 @@ def _say(text: str) -> None:
 def _open_run(args, run_dir: Path) -> tuple[PPOConfig, bool]:
     """The run's config, and whether it resumes a checkpoint. The config is checked first; only then does
     `--fresh` clear what `--out` holds, so a mistyped option deletes nothing."""
-    from .checkpoint import has_checkpoint, read_config
+    from .checkpoint import clear_run, has_checkpoint, read_config
 
     existing = has_checkpoint(run_dir)
     if args.resume and not existing:
@@ -255,12 +254,7 @@ def _open_run(args, run_dir: Path) -> tuple[PPOConfig, bool]:
     if args.fresh and run_dir.exists():
         distributed.barrier("looked for a checkpoint")  # nobody deletes while another process reads
         if distributed.is_primary():
-            for name in ("checkpoints", "metrics.csv", "metrics.jsonl", "config.json", "learning_curve.png"):
-                target = run_dir / name
-                shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
-            for name in ("tensorboard", "wandb_id.txt"):
-                target = run_dir / name
-                shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+            clear_run(run_dir)
     distributed.barrier("opened the run")  # nobody writes before every process has read
     return config, resumes
 

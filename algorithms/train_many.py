@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,12 +30,11 @@ from jaxarena.files import write_atomic
 from jaxarena.types import BOT_TYPES
 
 from .config import PPOConfig
-from .loggers import TENSORBOARD_DIR, WANDB_ID_FILE, make_logger
+from .loggers import make_logger
 from .multi_run import Run, group_runs, make_batch_trainer, stack, take
 from .train_metrics import MetricsLog, host_metrics, plot_curves
 
 SUMMARY_FILES = ("summary.md", "summary.json")
-RUN_FILES = ("checkpoints", "metrics.csv", "metrics.jsonl", "config.json", "learning_curve.png", TENSORBOARD_DIR)
 #: The held-out episodes' root key: no training run's stream starts from it (training keys are `seed`).
 EVAL_KEY = 2_000_003
 #: A run "learned" when its held-out win rates reach these (the time-to-policy bars, docs/training.md).
@@ -71,13 +69,11 @@ def open_runs(args, out: Path, runs: list[Run]) -> bool:
     Every run resumes or none does: a folder where only some runs have checkpoints (an earlier run with
     other seeds or settings) is refused, as is a resumed run whose stored config differs.
     """
-    from .checkpoint import has_checkpoint, read_config
+    from .checkpoint import clear_run, has_checkpoint, read_config
 
     if args.fresh and out.exists():
         for run in runs:
-            for name in RUN_FILES + (WANDB_ID_FILE,):
-                target = out / run.name / name
-                shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+            clear_run(out / run.name)
         for name in SUMMARY_FILES:
             (out / name).unlink(missing_ok=True)
     have = [has_checkpoint(out / r.name) for r in runs]
