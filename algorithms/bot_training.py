@@ -26,7 +26,6 @@ import numpy as np
 
 from jaxarena.bot_arena import BotArena
 from jaxarena.learned_bot import (
-    BotWeights,
     bot_logits,
     bot_value,
     check_bot_weights,
@@ -35,10 +34,9 @@ from jaxarena.learned_bot import (
 )
 from jaxarena.names import BOT_LEARNED, BOT_WIN, NPC_WIN, NUM_TAGS, TIMEOUT
 from jaxarena.runner import make_runner
-from jaxarena.types import EnvParams
+from jaxarena.types import BotWeights, EnvParams
 
-from .ppo import is_key_batch
-from .ppo_core import CoreConfig, make_core_trainer
+from .ppo_core import CoreConfig, is_key_batch, make_core_trainer
 
 #: PPO settings for the bot (per tick, one agent per arena); `train_bot(config=...)` overrides.
 DEFAULT_CONFIG = CoreConfig(num_envs=64, num_steps=64, update_epochs=4, num_minibatches=4, gamma=0.99, ent_coef=0.01)

@@ -160,6 +160,16 @@ def resolve_path(path: str | Path) -> Path:
     raise FileNotFoundError(f"{path}: no {CONFIG_FILE} there, and not a packaged policy ({PRETRAINED_DIR})")
 
 
+def source_name(directory: str | Path) -> str:
+    """How a summary names a policy directory: "pretrained/A" (or "pretrained/archive/NAME") for a
+    packaged one, which `resolve_path` loads on any machine; any other directory as given."""
+    directory = Path(directory)
+    try:
+        return directory.resolve().relative_to(PRETRAINED_DIR.parent).as_posix()
+    except ValueError:
+        return str(directory)
+
+
 def shipped_policies() -> dict[str, Path]:
     """{name: directory} of every packaged policy, the archived ones included."""
     found = {}

@@ -1,19 +1,22 @@
-"""PPO's objective for the arena's shared NPC policy: GAE, the clipped loss over live NPCs, and the
-float hyper-parameters a runner state carries (`hyper_of`). `algorithms.ppo` runs them."""
+"""PPO's objective, shared by every learner of the one PPO core (`algorithms.ppo_core`): GAE, the
+clipped loss (over live samples where a mask is given), and the float hyper-parameters a runner
+state carries (`hyper_of`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
+import distrax
 import jax
 import jax.numpy as jnp
 
-from .config import SWEEPABLE, PPOConfig
-from .networks import ActorCritic
+from .config import SWEEPABLE
 
 
 class Transition(NamedTuple):
-    """One rollout step; agent leaves are (num_envs, 5), env leaves (num_envs,)."""
+    """One rollout step; leaves lead with (num_envs,) or, with several agents per env (the arena's
+    5 NPCs), (num_envs, agents). `obs` may be any pytree."""
 
     obs: jax.Array
     action: jax.Array
@@ -23,7 +26,7 @@ class Transition(NamedTuple):
     next_value: jax.Array  # V(s_{t+1}); at an episode's last step V(final_obs), before auto-reset
     cut: jax.Array  # no bootstrap: episode terminated or this NPC died
     end: jax.Array  # trajectory ends here: any done, or this NPC died
-    mask: jax.Array  # NPC alive at the start of the step
+    mask: jax.Array | None  # NPC alive at the start of the step; None: every sample counts
 
 
 def calculate_gae(rewards, values, next_values, cut, end, gamma: float, gae_lambda: float):
@@ -55,33 +58,53 @@ def calculate_gae(rewards, values, next_values, cut, end, gamma: float, gae_lamb
 
 
 def masked_mean(x, mask):
-    """Mean of x over entries where mask is true (0 if there are none)."""
+    """Mean of x over entries where mask is true (0 if there are none); mask None: the plain mean."""
+    if mask is None:
+        return jnp.mean(x)
     m = mask.astype(x.dtype)
     return jnp.sum(x * m) / jnp.maximum(jnp.sum(m), 1.0)
 
 
-def hyper_of(config: PPOConfig) -> dict[str, jax.Array]:
-    """`config`'s float hyper-parameters (`SWEEPABLE`) as () float32 arrays; a constant entropy
-    coefficient (`ent_coef_end` None) anneals from `ent_coef` to itself."""
-    values = {name: getattr(config, name) for name in SWEEPABLE}
+def hyper_of(config) -> dict[str, jax.Array]:
+    """The float hyper-parameters (`SWEEPABLE`) a `PPOConfig` or `CoreConfig` has, as () float32 arrays;
+    a constant entropy coefficient (`ent_coef_end` None) anneals from `ent_coef` to itself."""
+    fields = {f.name for f in dataclasses.fields(config)}
+    values = {name: getattr(config, name) for name in SWEEPABLE if name in fields}
     if values["ent_coef_end"] is None:
         values["ent_coef_end"] = values["ent_coef"]
     return {name: jnp.float32(value) for name, value in values.items()}
 
 
-def ppo_loss(network: ActorCritic, config: PPOConfig, params, batch: Transition, adv, tgt, ent_coef=None, hyper=None):
-    """Clipped PPO loss over a flat batch of agent samples; returns (total, aux).
+def policy_and_value(network, params, obs, floor: bool = False):
+    """(pi, value) of a network whose `apply` gives (a `distrax.Categorical` or its logits, value).
 
-    `ent_coef` overrides `config.ent_coef` (the trainer passes the annealed value); `hyper`
-    (`hyper_of`) gives the clip range and the value coefficient as traced values (default: the config's).
+    `floor` raises a masked action's logit of -inf to -1e9: its entropy gradient would be NaN
+    (0 * inf), a huge finite one's is 0. A network's own Categorical is used as it is.
+    """
+    head, value = network.apply(params, obs)
+    if isinstance(head, distrax.Categorical):
+        return head, value
+    return distrax.Categorical(logits=jnp.maximum(head, -1e9) if floor else head), value
 
-    Every term is a mean over `batch.mask` (NPCs alive at the step's start),
-    so dead NPCs' transitions contribute nothing, not even to the advantage
-    normalisation.
+
+def _live(x, mask):
+    return x if mask is None else jnp.where(mask, x, 0.0)
+
+
+def ppo_loss(network, config, params, batch: Transition, adv, tgt, ent_coef=None, hyper=None):
+    """Clipped PPO loss over a flat batch of samples; returns (total, aux).
+
+    `config` (a `PPOConfig` or `CoreConfig`) gives `ent_target` and the defaults; `ent_coef`
+    overrides `config.ent_coef` (the trainer passes the annealed value); `hyper` (`hyper_of`)
+    gives the clip range and the value coefficient as traced values.
+
+    With a `batch.mask` (the arena: NPCs alive at the step's start) every term is a mean over the
+    masked samples, so dead NPCs' transitions contribute nothing, not even to the advantage
+    normalisation. Masked actions' logits are floored (`policy_and_value`).
     """
     clip_eps = config.clip_eps if hyper is None else hyper["clip_eps"]
     vf_coef = config.vf_coef if hyper is None else hyper["vf_coef"]
-    pi, value = network.apply(params, batch.obs)
+    pi, value = policy_and_value(network, params, batch.obs, floor=True)
     log_prob = pi.log_prob(batch.action)
     mask = batch.mask
     # Value loss, clipped around the rollout's estimate.
@@ -90,8 +113,8 @@ def ppo_loss(network: ActorCritic, config: PPOConfig, params, batch: Transition,
     # Clipped surrogate; advantages normalised over the live samples only.
     mu = masked_mean(adv, mask)
     sd = jnp.sqrt(masked_mean((adv - mu) ** 2, mask))
-    adv = jnp.where(mask, (adv - mu) / (sd + 1e-8), 0.0)
-    log_ratio = jnp.where(mask, log_prob - batch.log_prob, 0.0)
+    adv = _live((adv - mu) / (sd + 1e-8), mask)
+    log_ratio = _live(log_prob - batch.log_prob, mask)
     ratio = jnp.exp(log_ratio)
     surrogate = jnp.minimum(ratio * adv, jnp.clip(ratio, 1 - clip_eps, 1 + clip_eps) * adv)
     actor_loss = -masked_mean(surrogate, mask)

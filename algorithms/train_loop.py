@@ -40,7 +40,7 @@ from jaxarena.scenarios import SCENARIOS
 from jaxarena.types import BOT_TYPES
 
 from . import distributed
-from .config import PRESETS, PPOConfig, field_changes
+from .config import PRESETS, PPOConfig, default_preset, field_changes
 from .loggers import LOGGERS, make_logger
 from .train_metrics import MetricsLog, host_metrics, plot_curves
 from .warm_start import warm_start_runner
@@ -55,7 +55,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--preset",
         choices=tuple(PRESETS),
         default=None,
-        help="PPO recipe: default (the shipped one), fast or fast_evasive (docs/training.md); options override it",
+        help=(
+            "PPO recipe (docs/training.md): default (a new A run's: learns from 9 seeds of 10), classic (the "
+            "zoo's squads', and a new B run's), fast or fast_evasive; options override it"
+        ),
     )
     p.add_argument("--total-steps", type=float, default=None, help="env steps (arena ticks), e.g. 2e7")
     p.add_argument("--out", required=True, help="run directory (config, checkpoints, metrics, plot)")
@@ -108,7 +111,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     g.add_argument("--resume", action="store_true", help="require a checkpoint in --out and continue it")
     g.add_argument("--fresh", action="store_true", help="delete --out's checkpoints and metrics, start over")
     p.add_argument("--keep-xla-flags", action="store_true", help=f"do not add {YNN_FLAG} to XLA_FLAGS")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (the log lines still print)")
     distributed.add_arguments(p)
     return p.parse_args(argv)
 
@@ -122,7 +125,9 @@ def _positive_int(text: str) -> int:
 
 def _config_from_args(args, base: PPOConfig | None) -> PPOConfig:
     cfg = base if base is not None else PPOConfig(combination=args.combination or "A")
-    changes = dict(PRESETS[args.preset]) if args.preset else {}
+    # A new run without --preset starts from its combination's default preset; a resumed one keeps its fields.
+    preset = args.preset or (default_preset(args.combination or "A") if base is None else None)
+    changes = dict(PRESETS[preset]) if preset else {}
     if args.combination is not None:
         changes["combination"] = args.combination
     if args.total_steps is not None:

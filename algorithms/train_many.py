@@ -92,7 +92,7 @@ def open_runs(args, out: Path, runs: list[Run]) -> bool:
             if changed:
                 raise UserError(
                     f"resuming {out / run.name}: cannot change {changed} of an existing run "
-                    "(use --fresh or a new --out)"
+                    "(name the --preset it was made with, or use --fresh or a new --out)"
                 )
     return all(have)
 

@@ -29,11 +29,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxarena.names import BOT_TYPES, NUM_ACTIONS, bot_index
+from jaxarena.names import BOT_TYPES, NUM_ACTIONS, NUM_NPCS, bot_index
+from jaxarena.types import OBS_SIZE
 
 from . import lanes as lanes_module
 from .score_stats import summarize
-from .score_types import ScoreConfig
+from .score_types import Score, ScoreConfig, error_score
 
 NUM_BOTS = len(BOT_TYPES)  # job numbers leave room for every bot, scored or not
 
@@ -216,3 +217,20 @@ def rollout_policies(policies: Sequence, config: ScoreConfig) -> list[dict]:
     fn, jobs = make_batch_scorer(policies, config)
     results = jax.device_get(fn())
     return summarize(results, jobs, len(policies), config)
+
+
+def trace_error(policy) -> Score | None:
+    """None, or the error Score of a program that passes the one-arena trace and still fails batched
+    (vmapped, as the rollout runs it)."""
+    obs = jax.ShapeDtypeStruct((2, NUM_NPCS, OBS_SIZE), jnp.float32)
+    keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), 2))
+    try:
+        out = jax.eval_shape(jax.vmap(lambda o, k: policy(None, o, k)), obs, keys)
+    except Exception as exc:  # noqa: BLE001 - whatever a program raises is the critic's to read
+        return error_score(f"runtime: the program failed when run on a batch of arenas: {type(exc).__name__}: {exc}")
+    if out.shape != (2, NUM_NPCS) or not jnp.issubdtype(out.dtype, jnp.integer):
+        return error_score(
+            f"shape: on a batch of arenas the policy gives {out.dtype}{list(out.shape)}, not int32[..., {NUM_NPCS}]",
+            "shape",
+        )
+    return None

@@ -37,8 +37,8 @@ import numpy as np
 
 from jaxarena.names import NPC_WIN, bot_index
 
-from .batch_rollout import LONGEST_FIRST, LanePool
-from .score_stats import summarize
+from .batch_rollout import LONGEST_FIRST, LanePool, trace_error
+from .score_stats import ok_score, summarize
 from .score_types import Score, ScoreConfig, rollout_error_score
 
 _FIELDS = ("outcome", "t", "damage_dealt", "damage_taken", "counts", "invalid")
@@ -230,11 +230,9 @@ def _empty_store(config: ScoreConfig, bots: list[int]) -> dict:
 
 def _raced_score(store: dict, n: int, config: ScoreConfig, bots: list[int]) -> Score:
     """A candidate's Score from its first `n` episodes per bot, as full scoring would give on those."""
-    from .scoring import _ok_score
-
     results = {name: np.concatenate([store[name][b][:n] for b in bots]) for name in _FIELDS}
     jobs = {"cand": np.zeros(n * len(bots), np.int32), "bot": np.repeat(np.asarray(bots, np.int32), n)}
-    score = _ok_score(summarize(results, jobs, 1, config)[0], config)
+    score = ok_score(summarize(results, jobs, 1, config)[0], config)
     return dataclasses.replace(score, episodes_per_bot=n) if score.status == "ok" else score
 
 
@@ -250,12 +248,10 @@ def race_policies(
     its win rates set the bar from the first look. A trace failure or an invalid action is -0.5, as in
     `score_policies`; a dropped candidate's reward is its estimate on the episodes it played.
     """
-    from .scoring import _trace_error
-
     config, race = config or ScoreConfig(), race or RaceConfig()
     if race.lanes is not None:
         config = dataclasses.replace(config, lanes=min(race.lanes, config.lanes))
-    scores: list[Score | None] = [_trace_error(p) for p in policies]
+    scores: list[Score | None] = [trace_error(p) for p in policies]
     runnable = [i for i, s in enumerate(scores) if s is None]
     if not runnable:
         return scores

@@ -1,4 +1,5 @@
-"""The critic's statistics: per candidate, the win rate per bot and how its episodes went, from per-job results."""
+"""The critic's statistics: per candidate, the win rate per bot and how its episodes went, from per-job results;
+`ok_score` makes a played candidate's `Score` of them."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ import math
 
 import numpy as np
 
-from jaxarena.names import ACTIONS, BOT_WIN, NPC_WIN, TIMEOUT, bot_index
+from jaxarena.names import ACTIONS, BOT_WIN, NPC_WIN, NUM_ACTIONS, TIMEOUT, bot_index
 
-from .score_types import ScoreConfig
+from .score_types import Score, ScoreConfig, error_score
 
 
 def summarize(results: dict, jobs: dict, k: int, config: ScoreConfig, dt: float = 0.1) -> list[dict]:
@@ -39,3 +40,20 @@ def summarize(results: dict, jobs: dict, k: int, config: ScoreConfig, dt: float 
 
 def mean_win_rate(win_rate: dict[str, float]) -> float:
     return float(math.fsum(win_rate.values()) / len(win_rate))
+
+
+def ok_score(summary: dict, config: ScoreConfig) -> Score:
+    """A played candidate's Score: its mean win rate, or -0.5 where it returned an invalid action."""
+    if summary["invalid_actions"]:
+        return error_score(
+            f"runtime: the policy returned an action outside 0..{NUM_ACTIONS - 1} on {summary['invalid_actions']} "
+            "NPC-ticks (a computed value, not one of the six action names?); such a tick does nothing",
+            "runtime",
+        )
+    return Score(
+        reward=mean_win_rate(summary["win_rate"]),
+        status="ok",
+        win_rate=summary["win_rate"],
+        stats=summary["stats"],
+        episodes_per_bot=config.episodes_per_bot,
+    )

@@ -27,13 +27,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import jax
-import jax.numpy as jnp
-
-from jaxarena.names import NUM_ACTIONS
-
-from .batch_rollout import episode_keys, make_batch_scorer, rollout_policies
-from .score_stats import mean_win_rate
+from .batch_rollout import episode_keys, make_batch_scorer, rollout_policies, trace_error
+from .score_stats import ok_score
 from .score_types import NO_CODE, PROGRAM_ERROR, Score, ScoreConfig, error_score, no_code_score, rollout_error_score
 
 # The scoring entry points, and the names of its parts that callers import from here.
@@ -64,41 +59,6 @@ def _compile(source: str):
         return None, error_score(str(err), err.kind, err.line)
 
 
-def _trace_error(policy) -> Score | None:
-    """A program can pass the one-arena trace and still fail batched (vmapped, as the rollout runs it)."""
-    from jaxarena.names import NUM_NPCS
-    from jaxarena.types import OBS_SIZE
-
-    obs = jax.ShapeDtypeStruct((2, NUM_NPCS, OBS_SIZE), jnp.float32)
-    keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), 2))
-    try:
-        out = jax.eval_shape(jax.vmap(lambda o, k: policy(None, o, k)), obs, keys)
-    except Exception as exc:  # noqa: BLE001 - whatever a program raises is the critic's to read
-        return error_score(f"runtime: the program failed when run on a batch of arenas: {type(exc).__name__}: {exc}")
-    if out.shape != (2, NUM_NPCS) or not jnp.issubdtype(out.dtype, jnp.integer):
-        return error_score(
-            f"shape: on a batch of arenas the policy gives {out.dtype}{list(out.shape)}, not int32[..., {NUM_NPCS}]",
-            "shape",
-        )
-    return None
-
-
-def _ok_score(summary: dict, config: ScoreConfig) -> Score:
-    if summary["invalid_actions"]:
-        return error_score(
-            f"runtime: the policy returned an action outside 0..{NUM_ACTIONS - 1} on {summary['invalid_actions']} "
-            "NPC-ticks (a computed value, not one of the six action names?); such a tick does nothing",
-            "runtime",
-        )
-    return Score(
-        reward=mean_win_rate(summary["win_rate"]),
-        status="ok",
-        win_rate=summary["win_rate"],
-        stats=summary["stats"],
-        episodes_per_bot=config.episodes_per_bot,
-    )
-
-
 def _score_group(policies: Sequence, config: ScoreConfig) -> list[Score]:
     """One policy program for `policies`; if it fails, each alone, so one bad program sinks only itself."""
     try:
@@ -107,13 +67,13 @@ def _score_group(policies: Sequence, config: ScoreConfig) -> list[Score]:
         if len(policies) == 1:
             return [rollout_error_score(exc)]
         return [_score_group([p], config)[0] for p in policies]
-    return [_ok_score(summary, config) for summary in summaries]
+    return [ok_score(summary, config) for summary in summaries]
 
 
 def score_policies(policies: Sequence, config: ScoreConfig | None = None) -> list[Score]:
     """Scores jittable policies, `config.batch` per policy program: -0.5 for a trace failure or an invalid action."""
     config = config or ScoreConfig()
-    scores: list[Score | None] = [_trace_error(p) for p in policies]
+    scores: list[Score | None] = [trace_error(p) for p in policies]
     runnable = [i for i, s in enumerate(scores) if s is None]
     for start in range(0, len(runnable), config.batch):
         group = runnable[start : start + config.batch]

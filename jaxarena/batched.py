@@ -25,7 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import batched_rules as rules
+import jaxarena.batched_rules as rules
+
 from .checks import check_range
 from .env import Arena, auto_reset
 from .spawn import _NUM_UNIFORMS, _mix32

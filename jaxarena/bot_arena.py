@@ -60,7 +60,7 @@ from .env import checked_actions
 from .learned_bot import BOT_OBS_SIZE, NUM_BOT_ACTIONS, bot_observation
 from .names import BOT_LEARNED, NUM_NPCS, NUM_TAGS
 from .physics import norm
-from .registry import OBSERVATIONS, arena_for, make, resolve_squad
+from .registry import OBSERVATIONS, arena_for, make
 from .spaces import Box, Discrete
 from .spawn import initial_state
 from .types import EnvParams, EnvState, arena_diagonal, ticks
@@ -279,6 +279,25 @@ class BotArena:
 def as_bot_side(params: EnvParams) -> EnvParams:
     """`params` with the learned bot in the bot's slot and no weights: the actions passed to `step` drive it."""
     return params.replace(bot_type=BOT_LEARNED, bot_weights=None)
+
+
+def resolve_squad(squad, env_id: str, example: str = "B-paper"):
+    """`(policy, params)` of a builder's `squad=`: a shipped policy's name or a run directory (loaded with
+    `jaxarena.algorithms.checkpoint.load_policy`), or a `(policy, params)` pair. A clear error if missing."""
+    if squad is None:
+        raise TypeError(
+            f"{env_id} needs the frozen squad that plays the NPCs: pass squad= a shipped policy's name "
+            f"(e.g. {example!r}; docs/training.md lists them) or a run directory, loaded with "
+            "jaxarena.algorithms.checkpoint.load_policy, or a (policy, params) pair such as "
+            "(jaxarena.policies.focus_fire_policy, None)"
+        )
+    if isinstance(squad, tuple) and len(squad) == 2 and callable(squad[0]):
+        return squad
+    if isinstance(squad, str) or hasattr(squad, "__fspath__"):
+        from jaxarena.algorithms.checkpoint import load_policy  # flax/orbax: only when a checkpoint is named
+
+        return load_policy(squad)
+    raise TypeError(f"squad must be a policy name, a run directory or a (policy, params) pair, got {squad!r}")
 
 
 def make_bot_arena(

@@ -6,13 +6,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import physics
 from .bots import BotState, World, scripted_bot
 from .checks import check_key, check_range
 from .formations import SLOT_FEATURES, slot_features
 from .learned_bot import learned_move
 from .names import tag_index
 from .observe import FACING, can_melee, observe, with_tag
+from .physics import advance_orbs, fire_orbs, norm, resolve_collisions, rotate_left, safe_unit
 from .rewards import tag_shaping, team_reward
 from .spaces import Box, Discrete
 from .spawn import initial_state
@@ -248,18 +248,18 @@ class Arena:
         melee = (act == MELEE) & can_melee(state, params)
         bot_strikes = bot_attack & (state.bot_melee_cd == 0)
         # A cleave (scenario rule) strikes every living NPC in range, not just the target.
-        in_reach = alive & (physics.norm(state.npc_pos - state.bot_pos) <= params.bot_melee_range)
+        in_reach = alive & (norm(state.npc_pos - state.bot_pos) <= params.bot_melee_range)
         hit_npc = jnp.where(params.bot_cleave > 0.5, in_reach, jnp.arange(NUM_NPCS) == target) & bot_strikes
         fire = (act == RANGED) & (state.npc_orb_cd == 0) & ~jnp.all(state.orb_active, axis=-1)
         orb_active = state.orb_active & alive[:, None]  # a dead NPC's orbs vanish
         orbs = (state.orb_pos, state.orb_dir, state.orb_travel, state.orb_block, orb_active)
-        orbs = physics.fire_orbs(fire, state.npc_pos, state.bot_pos, orbs, params.boxes, params.orb_range)
+        orbs = fire_orbs(fire, state.npc_pos, state.bot_pos, orbs, params.boxes, params.orb_range)
 
         # (3) Movement.
         npc_pos, bot_pos = move_units(state, act, bot_move, params)
 
         # (4) Orbs fly.
-        (orb_pos, orb_dir, orb_travel, orb_block, orb_active), orb_hits = physics.advance_orbs(orbs, bot_pos, params)
+        (orb_pos, orb_dir, orb_travel, orb_block, orb_active), orb_hits = advance_orbs(orbs, bot_pos, params)
 
         # (5) Damage and cooldowns.
         dealt = melee * params.npc_melee_damage + jnp.sum(orb_hits, axis=-1) * params.orb_damage
@@ -272,7 +272,7 @@ class Arena:
         def cool(cd, used, seconds):
             return jnp.maximum(jnp.where(used, ticks(seconds, params.dt), cd) - 1, 0)
 
-        displacement = physics.norm(bot_pos - state.bot_pos)
+        displacement = norm(bot_pos - state.bot_pos)
         facing = bot_facing(state, bot_pos, target, alive)
         t = state.t + 1
         stepped = state.replace(
@@ -337,8 +337,8 @@ def move_units(state: EnvState, act: jax.Array, bot_move: jax.Array, params: Env
 
     NPC directions are relative to the bot: strafing is along the NPC's left/right while it faces
     the bot. All units move at once from the tick's starting positions."""
-    to_bot = physics.safe_unit(state.bot_pos - state.npc_pos)
-    left = physics.rotate_left(to_bot)
+    to_bot = safe_unit(state.bot_pos - state.npc_pos)
+    left = rotate_left(to_bot)
     npc_dir = jnp.select(
         [
             act[:, None] == MOVE_TO_BOT,
@@ -353,21 +353,21 @@ def move_units(state: EnvState, act: jax.Array, bot_move: jax.Array, params: Env
     step = jnp.concatenate(
         [npc_dir * (params.npc_speed * params.dt), (bot_move * (params.bot_speed * params.dt))[None]]
     )
-    moved = physics.resolve_collisions(start + step, start, params.unit_radius, params.boxes, params.arena_size)
+    moved = resolve_collisions(start + step, start, params.unit_radius, params.boxes, params.arena_size)
     return moved[:NUM_NPCS], moved[NUM_NPCS]
 
 
 def bot_facing(state: EnvState, bot_pos: jax.Array, target: jax.Array, alive: jax.Array) -> jax.Array:
     """Where the bot faces after moving: along its move, else towards its target while any NPC lives,
     else as before (a degenerate direction keeps the old facing)."""
-    displacement = physics.norm(bot_pos - state.bot_pos)
-    to_target = physics.safe_unit(state.npc_pos[target] - state.bot_pos)
+    displacement = norm(bot_pos - state.bot_pos)
+    to_target = safe_unit(state.npc_pos[target] - state.bot_pos)
     facing = jnp.where(
         displacement > 1e-3,
-        physics.safe_unit(bot_pos - state.bot_pos),
+        safe_unit(bot_pos - state.bot_pos),
         jnp.where(jnp.any(alive), to_target, state.bot_facing),
     )
-    return jnp.where(physics.norm(facing) > 0.5, facing, state.bot_facing)
+    return jnp.where(norm(facing) > 0.5, facing, state.bot_facing)
 
 
 def outcome_of(state: EnvState) -> jax.Array:

@@ -21,11 +21,10 @@ from collections.abc import Mapping
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import struct
 
 from .bots import MODE_AGGRESSIVE, MODE_EVASIVE
 from .physics import nearest_box_point, norm
-from .types import NUM_NPCS, EnvParams, EnvState, arena_diagonal, ticks
+from .types import NUM_NPCS, BotWeights, EnvParams, EnvState, arena_diagonal, ticks
 
 NUM_HEADINGS = 8
 HOLD = NUM_HEADINGS  # the ninth action: stand still
@@ -45,25 +44,6 @@ NPC_FEATURES = 7
 BOT_OBS_SIZE = SELF_FEATURES + NUM_NPCS * NPC_FEATURES
 # Each action's logits and the value come from obs -> hidden -> hidden -> out, tanh.
 WEIGHT_KEYS = ("w0", "b0", "w1", "b1", "w2", "b2")
-
-
-@struct.dataclass
-class BotWeights:
-    """The learned bot's MLP, obs -> hidden -> hidden -> out with tanh: `w*` (in, out) kernels, `b*` biases.
-
-    `init_bot_weights` makes the policy (NUM_BOT_ACTIONS outputs), `init_bot_value_weights`
-    a critic of the same layout (one output). A frozen pytree, so params holding it vmap
-    and stack like any other leaves; serialised (flax.serialization, msgpack) it is the
-    dict of the same keys. The fields are in the order that dict flattens in (sorted keys),
-    so a tree of `BotWeights` has the leaves, and an optimiser the arithmetic, of that dict.
-    """
-
-    b0: jax.Array  # (H,)
-    b1: jax.Array  # (H,)
-    b2: jax.Array  # (out,)
-    w0: jax.Array  # (BOT_OBS_SIZE, H)
-    w1: jax.Array  # (H, H)
-    w2: jax.Array  # (H, out)
 
 
 # Folded into the step key for the learned bot's draw, so the draw is independent

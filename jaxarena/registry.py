@@ -28,8 +28,10 @@ OBSERVATIONS = {
 }
 #: The NPC-side arena variants: what a squad policy trains and plays on.
 ARENA_IDS = tuple(OBSERVATIONS)
-#: Environments built around an arena and a frozen squad: id -> "module:builder" (imported on first use,
-#: so the arena's import pulls in neither the checkpoint loader nor the LLM's tables).
+#: Environments built around an arena and a frozen squad: id -> "module:builder". Their builders load
+#: trained squads, so they sit in layers above the core (docs/layout.md, "Layers"): named here, not
+#: imported, and loaded on first use, so the arena's import pulls in neither the checkpoint loader nor
+#: the LLM's tables.
 BUILT_AROUND_SQUAD = {
     # The learned bot's side (`jaxarena.bot_arena.BotArena`, one unbatched arena).
     "BotArena-v0": "jaxarena.bot_arena:make_bot_arena",
@@ -245,22 +247,3 @@ def make_jaxmarl(env_id: str = "Arena-v0", bot: str | int | None = None, world_s
         raise ValueError(f"make_jaxmarl serves the arena variants {', '.join(ARENA_IDS)}, got {env_id!r}")
     env, params = make(env_id, bot=bot, **overrides)
     return MultiAgentArena(env, params, world_state=world_state)
-
-
-def resolve_squad(squad, env_id: str, example: str = "B-paper"):
-    """`(policy, params)` of a builder's `squad=`: a shipped policy's name or a run directory (loaded with
-    `jaxarena.algorithms.checkpoint.load_policy`), or a `(policy, params)` pair. A clear error if missing."""
-    if squad is None:
-        raise TypeError(
-            f"{env_id} needs the frozen squad that plays the NPCs: pass squad= a shipped policy's name "
-            f"(e.g. {example!r}; docs/training.md lists them) or a run directory, loaded with "
-            "jaxarena.algorithms.checkpoint.load_policy, or a (policy, params) pair such as "
-            "(jaxarena.policies.focus_fire_policy, None)"
-        )
-    if isinstance(squad, tuple) and len(squad) == 2 and callable(squad[0]):
-        return squad
-    if isinstance(squad, str) or hasattr(squad, "__fspath__"):
-        from jaxarena.algorithms.checkpoint import load_policy  # flax/orbax: only when a checkpoint is named
-
-        return load_policy(squad)
-    raise TypeError(f"squad must be a policy name, a run directory or a (policy, params) pair, got {squad!r}")

@@ -9,8 +9,6 @@ program can `vmap` over them (bot types, unit stats) as well as over keys.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -49,8 +47,26 @@ from .names import (  # noqa: F401  (re-exported: the arena's code names them fr
     TIMEOUT,
 )
 
-if TYPE_CHECKING:  # learned_bot reads these params, so it is imported for the annotation alone
-    from .learned_bot import BotWeights
+
+@struct.dataclass
+class BotWeights:
+    """The learned bot's MLP, obs -> hidden -> hidden -> out with tanh: `w*` (in, out) kernels, `b*` biases.
+
+    `jaxarena.learned_bot.init_bot_weights` makes the policy (`NUM_BOT_ACTIONS` outputs),
+    `init_bot_value_weights` a critic of the same layout (one output); it lives here, beside the
+    params that hold it, so the params need no import of the bot's rules. A frozen pytree, so params
+    holding it vmap and stack like any other leaves; serialised (flax.serialization, msgpack) it is the
+    dict of the same keys. The fields are in the order that dict flattens in (sorted keys),
+    so a tree of `BotWeights` has the leaves, and an optimiser the arithmetic, of that dict.
+    """
+
+    b0: jax.Array  # (H,)
+    b1: jax.Array  # (H,)
+    b2: jax.Array  # (out,)
+    w0: jax.Array  # (BOT_OBS_SIZE, H)
+    w1: jax.Array  # (H, H)
+    w2: jax.Array  # (H, out)
+
 
 OBS_SIZE = 23
 ORBS_PER_NPC = 2
@@ -134,7 +150,7 @@ class EnvParams:
     # compiled program serves several scenarios. 1.0: the bot's melee strikes
     # every living NPC within its range at once (cleave), not just its target.
     bot_cleave: float = 0.0
-    # The learned bot's policy (`jaxarena.learned_bot.BotWeights`, from `init_bot_weights`),
+    # The learned bot's policy (a `BotWeights`, from `jaxarena.learned_bot.init_bot_weights`),
     # used where `bot_type` is BOT_LEARNED (3). None, an empty pytree, by default: the
     # scripted arena's params, programs and speed are unchanged by the field.
     bot_weights: BotWeights | None = None

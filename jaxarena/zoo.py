@@ -132,7 +132,7 @@ def load(spec: str, greedy: bool = False) -> Policy:
     prefix, colon, rest = str(spec).partition(":")
     if colon and prefix in PREFIXES:
         return PREFIXES[prefix](rest, greedy)
-    from jaxarena.algorithms.checkpoint import load_policy, resolve_path
+    from jaxarena.algorithms.checkpoint import load_policy, resolve_path, source_name
 
     try:
         directory = resolve_path(spec)
@@ -140,7 +140,7 @@ def load(spec: str, greedy: bool = False) -> Policy:
         raise _unknown(str(spec)) from None
     fn, params = load_policy(directory, greedy=greedy)
     card = read_card(directory) if (directory / CARD_FILE).is_file() else None
-    return _policy(fn, params, "sha256:" + directory_checksum(directory), str(directory), card)
+    return _policy(fn, params, "sha256:" + directory_checksum(directory), source_name(directory), card)
 
 
 def list(kind: str | None = None, status: str | None = None) -> builtins.list[Card]:  # noqa: A001

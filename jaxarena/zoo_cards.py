@@ -232,8 +232,8 @@ def _glance_adapter_card(raw: dict, directory: Path) -> Card:
             steps=None,
             command="\n".join(raw["commands"]),
             win_rates=_selected_rates(played, "tuned"),
-            measured_by=f"the held-out play of jaxarena-tune-llm glance or glance-play, {played['episodes_per_bot']} "
-            f"paired episodes per bot, seed {played['seed']}",
+            measured_by="the held-out play of jaxarena-tune-llm glance or studies/glance_play.py, "
+            f"{played['episodes_per_bot']} paired episodes per bot, seed {played['seed']}",
             note=f"{raw['about']}; {raw['steps']} steps of play" + _transfer_note(raw.get("transfer")),
             directory=directory,
         )

@@ -2,10 +2,10 @@
 
 Table 10's prompt holds five numbers taken every 5 s. On `raid` the gain
 against the aggressive bot is in the first seconds, before the paper's first
-decision can tell the bots apart (`tuning.look_first`). A glance is what a
-player sees at a much shorter period: how long the fight has lasted, how far
-the nearest NPC is, and whether the bot closed in, held or ran since the last
-glance. Each is binned, so there are `NUM_GLANCE_CELLS` prompts:
+decision can tell the bots apart (the look-first study, studies/look_first.py).
+A glance is what a player sees at a much shorter period: how long the fight
+has lasted, how far the nearest NPC is, and whether the bot closed in, held or
+ran since the last glance. Each is binned, so there are `NUM_GLANCE_CELLS` prompts:
 
 - time since the fight began: under `EARLY_S` seconds, or later;
 - nearest-NPC distance bin and approach bin: `deduction`'s bins.
@@ -34,7 +34,7 @@ from .history import APPROACH, NEAREST, blank_histories, push
 
 #: The decision period the prompt speaks of ("since the last look, 0.2 s ago").
 GLANCE_PERIOD_S = 0.2
-#: The fight's opening: where a glance at the bot's first moves is worth most (`tuning.look_first`).
+#: The fight's opening: where a glance at the bot's first moves is worth most (studies/look_first.py).
 EARLY_S = 1.4
 TIME_WORDS = (f"under {EARLY_S:g} s", f"{EARLY_S:g} s or more")
 NUM_TIME_BINS = len(TIME_WORDS)

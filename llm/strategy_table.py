@@ -277,7 +277,8 @@ def load_table(path_or_name: str | os.PathLike, *, check_prompts: bool = True) -
             arrays[field] = data[field].astype(dtype)
     doc = json.loads(meta.read_text()) if meta.is_file() else {}
     table = StrategyTable(**arrays, metadata=TableMetadata.from_json(doc))
-    if check_prompts and table.metadata.prompts_sha256 and prompts_sha256(table) != table.metadata.prompts_sha256:
+    built_from = table.metadata.prompts_sha256
+    if check_prompts and built_from and prompts_sha256(table.iterative_tags) != built_from:
         raise ValueError(
             f"{npz} was built from other prompts than today's deduction/candidate prompts; rebuild it with "
             "python -m jaxarena.llm.strategy_table"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -20,9 +19,6 @@ from .candidates import N_CANDIDATES, NUM_CANDIDATE_CELLS, candidate_prompt, ded
 from .choice import TAG_OPTIONS
 from .deduction import NUM_DEDUCTION_CELLS, deduction_prompt
 from .types import Backend, Prompt, Reply
-
-if TYPE_CHECKING:
-    from .strategy_table import StrategyTable
 
 #: Prompts per backend call while building (progress is reported between calls).
 BUILD_CHUNK = 128
@@ -132,18 +128,21 @@ def backend_metadata(backend: Backend) -> dict:
     }
 
 
-def table_prompts(table: StrategyTable) -> list[Prompt]:
-    """Every prompt a build of `table` asked, in order (the iterative ones follow from its tags)."""
+def table_prompts(iterative_tags) -> list[Prompt]:
+    """Every prompt a table's build asked, in order; the iterative ones follow from its `iterative_tags`.
+
+    It takes the tags, not the `StrategyTable`, so asking stays below the table that it builds."""
     prompts = [deduction_prompt(c) for c in range(NUM_DEDUCTION_CELLS)]
     prompts += [candidate_prompt(c) for c in range(NUM_CANDIDATE_CELLS)]
-    tags = np.asarray(table.iterative_tags)
+    tags = np.asarray(iterative_tags)
     for k in range(1, N_CANDIDATES):
         prompts += [iterative_prompt(c, tags[c, :k].tolist()) for c in range(NUM_CANDIDATE_CELLS)]
     return prompts
 
 
-def prompts_sha256(table: StrategyTable) -> str:
+def prompts_sha256(iterative_tags) -> str:
+    """sha256 of every prompt a table with these `iterative_tags` was built from (`table_prompts`)."""
     h = hashlib.sha256()
-    for prompt in table_prompts(table):
+    for prompt in table_prompts(iterative_tags):
         _hash_prompt(h, prompt)
     return h.hexdigest()

@@ -1,11 +1,13 @@
 """The paper's evaluation protocol: batched A/B episodes (and C/F/O/W), statistics, report and figures.
 
-Installed as `jaxarena.protocol`. It sits above `jaxarena.algorithms` and
-`jaxarena.llm` in the dependency order (env <- algorithms <- llm/protocol <- scripts).
+Installed as `jaxarena.protocol`. It sits above the policies it compares and the zoo that names
+them, and below the LLM's and the coder's tuning (docs/layout.md, "Layers").
 
-- `config`: `ProtocolConfig`, its cells, cell names and cell keys.
-- `combination`: what a combination is (`Combination`, its `ReportSection`s); `combinations`: one
-  module per combination and the registry that finds them.
+- `config`: `ProtocolConfig` (the run's settings and each combination's options), its cells, cell
+  names and cell keys.
+- `combination`: what a combination is (`Combination`, its `Options` and `ReportSection`s);
+  `combinations`: one module per combination (C's a package: its selectors, numbers, tables and
+  figures) and the registry that finds them.
 - `runner`: `ProtocolRunner` (cells, paired seeds, resume, progress); `context`: what a run's cells
   share (policies, compiled programs, what a combination loads); `playing`: how a cell is played.
 - `policies`: `resolve_policy` (spec -> policy, params, checksum) and `directory_checksum`.
@@ -13,13 +15,11 @@ Installed as `jaxarena.protocol`. It sits above `jaxarena.algorithms` and
 - `stats`: Tables 6-9 statistics (numpy/scipy only).
 - `summary`: `summarize`, episodes.csv and decisions.jsonl rows, versions; `write_outputs` writes them all.
 - `tables`: report.md (the paper's Tables 6-9 beside ours); `figures`: Figs. 5-9 (matplotlib).
-- `selector_cells`: Combination C (the RL selector) and its ablations: what each label plays, its
-  fingerprint and decision records; `selector_summary`, `selector_tables`, `selector_figures`: C's
-  numbers, report section and figures.
 - `cli`: `evaluate(...)` and `main(argv)`, the `jaxarena-evaluate` command.
 
     from jaxarena.protocol import ProtocolConfig, evaluate
     summary = evaluate(ProtocolConfig(episodes=100))     # results/<run-id>/report.md
+    evaluate(ProtocolConfig(combinations=("A", "W"), options={"A": {"tag": 2}}))   # a combination's options
 
 Names are loaded on first use, so importing `jaxarena.protocol.stats` stays light.
 """

@@ -35,7 +35,7 @@ from jaxarena.names import BOT_TYPES
 from jaxarena.scenarios import DEFAULT_SCENARIO, SCENARIOS
 
 from . import combinations
-from .config import C_ABLATIONS, DEFAULT_COMBINATIONS, DEFAULT_ORACLE_ROLLOUTS, LLM_PATHS, ProtocolConfig
+from .config import DEFAULT_COMBINATIONS, DEFAULT_ORACLE_ROLLOUTS, LLM_PATHS, ProtocolConfig
 from .policies import policy_env_id
 from .runner import ProtocolRunner
 from .tables import fallback_warning
@@ -146,13 +146,14 @@ def _llm_spec(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The run's flags, the LLM's, then one group per combination that has options (its own flags)."""
     p = ArgumentParser(
         prog="jaxarena-evaluate",
         description="Run the paper's evaluation protocol (Combinations A and B x 3 bots; optionally the other "
         "combinations of --combinations) and write episodes.csv, decisions.jsonl, summary.json, report.md and figures.",
     )
     p.add_argument("--episodes", type=int, default=100, help="episodes per (combination, bot) cell (default 100)")
-    p.add_argument("--seed", type=int, default=0, help="base seed; A and B share it (paired design)")
+    p.add_argument("--seed", type=int, default=0, help="base seed; every combination shares it (paired design)")
     p.add_argument("--bots", default=",".join(BOT_TYPES), help="comma-separated bot types (default: all three)")
     p.add_argument(
         "--combinations",
@@ -168,12 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=DEFAULT_ORACLE_ROLLOUTS,
         metavar="K",
-        help=f"the oracle's playouts per tag, for O and --price-decisions (default {DEFAULT_ORACLE_ROLLOUTS})",
-    )
-    p.add_argument(
-        "--price-decisions",
-        action="store_true",
-        help="price every B decision with the oracle (K playouts per tag): regret and agreement per bot (slow)",
+        help=f"the oracle's playouts per tag, for O and the pricing of B's and C's decisions (default "
+        f"{DEFAULT_ORACLE_ROLLOUTS})",
     )
     p.add_argument(
         "--scenario",
@@ -181,16 +178,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_SCENARIO,
         help=f"arena preset for every cell (jaxarena.scenarios; default {DEFAULT_SCENARIO})",
     )
-    _add_selector_options(p)
-    p.add_argument("--policy-a", default="A", help="Combination A policy: run dir, exported policy, or 'A' (shipped)")
     p.add_argument(
         "--policy-b",
         default="B",
-        help="Combination B policy: run dir, exported policy, or a shipped name ('B'; 'B-paper': the paper recipe's B)",
+        metavar="SPEC",
+        help="B's policy, which F, G, L, O and R play too: run dir, exported policy, or a shipped name ('B'; "
+        "'B-paper': the paper recipe's B)",
     )
     p.add_argument("--greedy", action="store_true", help="take the most likely action instead of sampling")
-    _add_llm_options(p)
-    p.add_argument("--latency-steps", type=int, default=0, help="ticks before a chosen tag takes effect (default 0)")
     p.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples for win-rate CIs")
     p.add_argument("--out", default="results", help="output root (default results/)")
     p.add_argument("--run-id", default=None, help="results/<run-id>; default derived from the configuration")
@@ -205,45 +200,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not check the LLM before its cells (one cheap request to the server; without it, a run whose "
         "LLM cannot answer plays on with every decision a fallback)",
     )
+    _add_llm_options(p.add_argument_group("the LLM", "B's tag selector; L plays the same model with its adapter"))
+    for combination in combinations.registry().values():
+        if combination.options is not None:
+            combination.options.add_arguments(
+                p.add_argument_group(f"Combination {combination.name}", f"{combination.about}.")
+            )
     return p
 
 
-def _add_selector_options(p: argparse.ArgumentParser) -> None:
-    """Combination C's options: its selectors, ablations and pricing."""
-    p.add_argument(
-        "--selector",
-        default="C",
-        metavar="NAME_OR_DIR",
-        help="Combination C's trained selector: a shipped name (default C) or a jaxarena-train-selector run "
-        "directory; it names its squad policy and strategy table",
-    )
-    p.add_argument(
-        "--c-ablations",
-        default="all",
-        metavar="LIST",
-        help=f"C's ablations, each played beside C: all (default), none, or a comma list of {','.join(C_ABLATIONS)}",
-    )
-    p.add_argument(
-        "--selector-nodeduction",
-        default="C-nodeduction",
-        metavar="NAME_OR_DIR",
-        help="the selector of the C-nodeduction ablation (trained with --deduction false)",
-    )
-    p.add_argument(
-        "--selector-scripted",
-        default="C-scripted",
-        metavar="NAME_OR_DIR",
-        help="the selector of the C-scripted ablation (trained with --population scripted)",
-    )
-    p.add_argument(
-        "--price-c",
-        action="store_true",
-        help="price every C decision with the oracle (K playouts per tag): C's regret per bot (slow, as "
-        "--price-decisions)",
-    )
-
-
-def _add_llm_options(p: argparse.ArgumentParser) -> None:
+def _add_llm_options(p) -> None:
     """The LLM that picks B's tags: backend, adapter, model, decoding, host and where it runs."""
     p.add_argument(
         "--llm",
@@ -256,18 +222,6 @@ def _add_llm_options(p: argparse.ArgumentParser) -> None:
         "--adapter",
         default=None,
         help="a LoRA adapter for B's LLM (embedded or gguf): a shipped name or a directory from jaxarena-tune-llm",
-    )
-    p.add_argument(
-        "--tuned-adapter",
-        default=None,
-        help="Combination L's adapter: B's squad under the same LLM with this LoRA adapter (a shipped name or a "
-        "directory from jaxarena-tune-llm)",
-    )
-    p.add_argument(
-        "--glance-adapter",
-        default=None,
-        help="Combination G's adapter: B's squad under the LLM answering the glance prompt every 0.2 s (a shipped "
-        "name, e.g. smollm2-raid-glance, or a directory from jaxarena-tune-llm glance)",
     )
     p.add_argument("--model", default=None, help="Ollama model (default mistral)")
     p.add_argument(
@@ -289,43 +243,36 @@ def _add_llm_options(p: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> ProtocolConfig:
+    """The run's `ProtocolConfig`: the run's flags, and each combination's options from its own flags
+    (kept for the combinations played, and for the others where a flag asks for something)."""
+
     def split(s: str) -> tuple[str, ...]:
         return tuple(x.strip() for x in s.split(",") if x.strip())
 
-    ablations = args.c_ablations.strip().lower()
-    c_ablations = (
-        C_ABLATIONS
-        if ablations == "all"
-        else ()
-        if ablations == "none"
-        else tuple(next((a for a in C_ABLATIONS if a.lower() == x.lower()), x) for x in split(args.c_ablations))
-    )
+    played = tuple(c.upper() for arg in args.combinations for c in split(arg))
+    options = {}
+    for name, combination in combinations.registry().items():
+        if combination.options is not None:
+            built = combination.options.from_args(args)
+            if name in played or built != combination.options():
+                options[name] = built
     return ProtocolConfig(
         episodes=args.episodes,
         seed=args.seed,
         bots=split(args.bots),
-        combinations=tuple(c.upper() for arg in args.combinations for c in split(arg)),
-        policy_a=args.policy_a,
+        combinations=played,
         policy_b=args.policy_b,
         greedy=args.greedy,
         llm=args.llm,
         adapter=args.adapter,
-        tuned_adapter=args.tuned_adapter,
-        glance_adapter=args.glance_adapter,
         model=args.model,
         host=args.host,
         decode=args.decode,
-        latency_steps=args.latency_steps,
         llm_path=args.llm_path,
         n_boot=args.n_boot,
         scenario=args.scenario,
         oracle_rollouts=args.oracle_rollouts,
-        price_decisions=args.price_decisions,
-        selector=args.selector,
-        selector_nodeduction=args.selector_nodeduction,
-        selector_scripted=args.selector_scripted,
-        c_ablations=c_ablations,
-        price_c=args.price_c,
+        options=options,
     )
 
 

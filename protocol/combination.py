@@ -12,13 +12,19 @@ combination by name.
 Variants: a combination may play several labels, each a cell of its own per
 bot, named `<name>-<variant>` (C's ablations "C-N1", ...); `labels(config)`
 lists them in run order.
+
+Options: what only a combination reads (A's fixed tag, C's selectors, L's
+adapter) is a frozen dataclass of its own (`Options`), which adds its flags to
+the command line and builds itself from the parsed arguments; the run's
+`ProtocolConfig` holds one per combination (`config.options_of(name)`), so a
+new option is an edit of one module.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 #: progress(episodes done in the cell, **status shown beside the bar)
 Progress = Callable[..., None]
@@ -83,6 +89,19 @@ class ReportSection:
     console: Callable[[dict], None] | None = None
 
 
+class Options(Protocol):
+    """What a combination's options class is: a frozen dataclass whose defaults are the paper's (or the
+    shipped artifacts'), with the flags that set it."""
+
+    @classmethod
+    def add_arguments(cls, group) -> None:
+        """Adds the options' flags to `group` (an argparse argument group), each with its help."""
+
+    @classmethod
+    def from_args(cls, args) -> Options:
+        """The options the parsed arguments ask for; a ValueError names what is wrong."""
+
+
 def _single_set(cell: dict) -> list[tuple[str, dict]]:
     return [(cell["combination"], cell["episodes"])]
 
@@ -107,8 +126,9 @@ class Combination:
     meta: `(context, config) -> dict`, identities for summary.json (e.g. the LLM's), where it plays.
     preflight: `context -> None`, run once before the first of its cells is computed: raises, with the
       fix in the message, where something its cells need cannot work (an LLM server that is down).
-    identity_fields: config fields that only this combination reads: left out of the default run
-      id unless it plays, so runs without it keep the ids they had before it existed.
+    options: its `Options` class, or None where it has none.
+    identity: `config -> dict`, what its options add to the hash of the run's default id (see
+      `identity_in`); None: its options under its name, where it plays.
     sections: the report sections it brings; a section applies by the config (the oracle's also
       to a run that only prices B's decisions), and one shared by several combinations is one value.
     """
@@ -123,9 +143,20 @@ class Combination:
     check: Callable[[Any], None] = lambda config: None
     meta: Callable[[Any, Any], dict] = _nothing
     preflight: Callable[[Any], None] = lambda context: None
-    identity_fields: tuple[str, ...] = ()
+    options: type | None = None
+    identity: Callable[[Any], dict] | None = None
     sections: tuple[ReportSection, ...] = ()
 
     def labels_in(self, config) -> list[str]:
         """The labels this combination plays in a run, in order."""
         return list(self.labels(config)) if self.labels is not None else [self.name]
+
+    def identity_in(self, config) -> dict:
+        """The entries this combination adds to what the run's default id hashes. Options of a
+        combination that does not play change nothing, so they stay out: a run keeps its id (and
+        finds its stored cells) whatever combinations are added beside it."""
+        if self.identity is not None:
+            return self.identity(config)
+        if self.options is None or self.name not in config.combinations:
+            return {}
+        return {self.name: dataclasses.asdict(config.options_of(self.name))}

@@ -3,8 +3,9 @@
 A *cell* is one label of a combination against one bot type. The
 combinations are values, one module each under `protocol.combinations`
 (whose registry this module checks names against; each module's docstring
-says what it plays); a combination may play several labels per bot, C its
-ablations ("C-N1", ...; `C_ABLATIONS`, `protocol.selector_cells`).
+says what it plays); a combination may play several labels per bot (C its
+ablations, "C-N1", ...). What only one combination reads is its own options
+(`Combination.options`); the configuration holds them by combination name.
 
 Bots are named as in `jaxarena.names.BOT_TYPES`; a cell's key is
 `fold_in(PRNGKey(seed), bot_index(bot))`, the same for every combination (the
@@ -14,6 +15,8 @@ paired design) and the same whichever other bots are run.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -27,13 +30,6 @@ from jaxarena.scenarios import DEFAULT_SCENARIO, scenario_overrides
 DEFAULT_COMBINATIONS: tuple[str, ...] = ("A", "B")
 #: Playouts per tag of the oracle (Combination O and decision pricing) unless told otherwise.
 DEFAULT_ORACLE_ROLLOUTS = 8
-#: Combination C's ablations, each played as its own cell labelled "C-<name>":
-#: nodeduction: the selector trained without the LLM's deduction, which it then does not get;
-#: N1: no diversity, the LLM's first candidate only (no selector);
-#: llm: the LLM picks among its own candidates (the most probable one);
-#: random: a uniformly random candidate;
-#: scripted: the selector trained against the three scripted bots only (no population).
-C_ABLATIONS: tuple[str, ...] = ("nodeduction", "N1", "llm", "random", "scripted")
 #: Version of the stored cell layout (`cells/<comb>_<bot>.json`); part of every cell's fingerprint.
 # 2: A cells log the team reward alone; 3: B, F and O cells log their policy's own shaping.
 CELL_FORMAT = 3
@@ -43,63 +39,58 @@ CELL_FORMAT = 3
 class ProtocolConfig:
     """Everything that defines a protocol run (the paper's defaults).
 
-    policy_a / policy_b: checkpoint directories, a shipped policy's name ("A",
-      "B"; "B-paper" is the paper recipe's B on Table 3's observation), "scripted:NAME" for a reference squad of
-      `jaxarena.policies.SCRIPTED` ("scripted:focus_fire", "scripted:random", ...),
-      or "coder:NAME" for a white-box baseline ("coder:kite"; docs/coder.md).
+    The run's own settings and those several combinations share are fields;
+    what one combination alone reads is in `options`.
+
+    episodes, seed, bots, combinations: the cells (label x bot) and their paired keys.
+    policy_b: B's squad, which F, G, L, O and R play too: a checkpoint directory, a
+      shipped policy's name ("B"; "B-paper" is the paper recipe's B on Table 3's
+      observation), "scripted:NAME" for a reference squad of `jaxarena.policies.SCRIPTED`
+      ("scripted:focus_fire", ...), or "coder:NAME" for a white-box baseline
+      ("coder:kite"; docs/coder.md). A's squad is A's option.
+    greedy: take the policies' most likely action instead of sampling it.
     llm: "embedded" (in-process SmolLM2-135M, the default), "ollama", or
       "gguf:PATH" (a local GGUF run in-process; PATH may be ollama:NAME[:TAG]).
+      B's LLM; L plays the same model with its own adapter.
     model: the Ollama model (e.g. "mistral"); ignored by the embedded backend.
+    host: the Ollama server (default $OLLAMA_HOST or localhost:11434).
     decode: "choice" (the reply is one tag digit, with the model's probabilities
       where the backend has them) or "free" (Table 10's 3-token generation);
       None = the backend's default: choice for the embedded model, free (the
       paper's mode) for Ollama.
-    greedy: take the policy's most likely action instead of sampling it.
-    tag_a: Combination A's fixed tag (0 in the paper).
-    latency_steps: ticks between a decision and its tag taking effect (0 = at once).
-    num_periods: decision periods per episode; None = a full episode (120 s,
-      or the scenario's `episode_s`; only tests shorten it).
+    adapter: a LoRA adapter for B's LLM (a shipped name or a directory).
     llm_path: "auto", "host" or "graph" (see `LLM_PATHS`); the graph path runs
       only the embedded model's choice decoding and reads no prompt cache (it fills it).
+    num_periods: decision periods per episode; None = a full episode (120 s,
+      or the scenario's `episode_s`; only tests shorten it).
+    n_boot: bootstrap resamples of every confidence interval.
     scenario: a preset of `jaxarena.scenarios.SCENARIOS`, the arena of every cell.
-    oracle_rollouts: K, the oracle's playouts per tag (Combination O and pricing).
-    price_decisions: price every B decision with the oracle (regret, agreement).
-    selector: Combination C's trained selector, a shipped name ("C") or a run
-      directory of `jaxarena-train-selector`; it names its squad policy and table.
-    selector_nodeduction / selector_scripted: the selectors of the "C-nodeduction"
-      and "C-scripted" ablations (trained with `--deduction false` and
-      `--population scripted`).
-    c_ablations: the ablations played beside C (`C_ABLATIONS`; () for none).
-    price_c: price every C decision with the oracle, as `price_decisions` does B's.
+    oracle_rollouts: K, the oracle's playouts per tag (Combination O and the pricing of
+      B's and C's decisions).
+    options: combination name -> its options (`Combination.options`, e.g.
+      `{"C": COptions(ablations=())}`; a dict of fields is accepted too). A played
+      combination left out gets its defaults; options of one not played are kept
+      for those that read them (W plays A's tag) and checked by their combination.
     """
 
     episodes: int = 100
     seed: int = 0
     bots: tuple[str, ...] = BOT_TYPES
     combinations: tuple[str, ...] = DEFAULT_COMBINATIONS
-    policy_a: str = "A"
     policy_b: str = "B"
     greedy: bool = False
     llm: str = "embedded"
     model: str | None = None
     host: str | None = None
     decode: str | None = None
-    tag_a: int = 0
-    latency_steps: int = 0
     num_periods: int | None = None
     n_boot: int = 10_000
     llm_path: str = "auto"
     scenario: str = DEFAULT_SCENARIO
     oracle_rollouts: int = DEFAULT_ORACLE_ROLLOUTS
-    price_decisions: bool = False
-    selector: str = "C"
-    selector_nodeduction: str = "C-nodeduction"
-    selector_scripted: str = "C-scripted"
-    c_ablations: tuple[str, ...] = C_ABLATIONS
-    price_c: bool = False
     adapter: str | None = None
-    tuned_adapter: str | None = None
-    glance_adapter: str | None = None
+    # Left out of the hash (a dict is not hashable); equality still compares it.
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
 
     @property
     def episode_s(self) -> float:
@@ -132,15 +123,18 @@ class ProtocolConfig:
         scenario_overrides(self.scenario)  # raises ValueError naming the presets
         if self.oracle_rollouts < 1:
             raise ValueError(f"oracle_rollouts must be >= 1, got {self.oracle_rollouts}")
+        object.__setattr__(self, "options", _complete_options(self.options, self.combinations))
         for combination in registry().values():  # each checks its own options, played or not
             combination.check(self)
 
-    def policy_for(self, combination: str) -> str:
-        if combination == "W":  # several policies: a caller that wants one has mistaken W for A
-            raise ValueError("Combination W plays several squads; see protocol.combinations.w")
-        if combination.split("-", 1)[0] == "C":  # C and its ablations ("C-N1", ...)
-            raise ValueError(f"{combination} plays its selector's squad policy; see protocol.selector_cells")
-        return self.policy_a if combination == "A" else self.policy_b
+    def options_of(self, name: str) -> Any:
+        """Combination `name`'s options: those given, else its defaults (None where it has none)."""
+        from .combinations import get
+
+        if name in self.options:
+            return self.options[name]
+        options = get(name).options
+        return None if options is None else options()
 
     def labels(self) -> list[str]:
         """The run's cell labels in order: the combinations as given, each followed by its variants
@@ -149,47 +143,66 @@ class ProtocolConfig:
 
         return [label for c in self.combinations for label in get(c).labels_in(self)]
 
-    def c_labels(self) -> list[str]:
-        """ "C" and its ablations' labels ("C-N1", ...), or [] when the run has no Combination C."""
-        return ["C", *(f"C-{a}" for a in self.c_ablations)] if "C" in self.combinations else []
-
     def cells(self) -> list[tuple[str, str]]:
         """(label, bot) in run order: combination by combination, as given (A, B by default); C's
         ablations follow C, each a cell of its own."""
         return [(c, b) for c in self.labels() for b in self.bots]
 
     def as_dict(self) -> dict:
-        d = dataclasses.asdict(self)
+        """The run's settings as plain data (summary.json's `config`); `ProtocolConfig(**d)` reads it back."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["bots"], d["combinations"] = list(self.bots), list(self.combinations)
-        d["c_ablations"] = list(self.c_ablations)
+        d["options"] = {name: dataclasses.asdict(options) for name, options in self.options.items()}
         return d
 
     def identity_dict(self) -> dict:
-        """`as_dict` without the oracle's fields where they are at their defaults.
+        """What the default run id hashes: the run's settings and what each combination adds.
 
-        What the default run id hashes: a configuration that does not use the
-        oracle or another scenario keeps the run id it had before they existed,
-        so re-running an old command finds its run (cells of an older
-        `CELL_FORMAT` are then refused, with a message naming the format).
+        The oracle's, the scenario's and the adapter's fields count only away from their
+        defaults, and each combination adds its options as it says (`Combination.identity_in`:
+        the older ones under the flat names they had before options were grouped), so a
+        configuration keeps the run id it had before a setting existed and re-running an old
+        command finds its run (cells of an older `CELL_FORMAT` are then refused, with a message
+        naming the format).
         """
         d = self.as_dict()
+        del d["options"]
         for name, default in (
             ("scenario", DEFAULT_SCENARIO),
             ("oracle_rollouts", DEFAULT_ORACLE_ROLLOUTS),
-            ("price_decisions", False),
-            ("price_c", False),
             ("adapter", None),
         ):
             if d[name] == default:
                 del d[name]
         from .combinations import registry
 
-        # A combination's own options change nothing without it (C's selectors): keep the older run ids.
-        for name, combination in registry().items():
-            if name not in self.combinations:
-                for field in combination.identity_fields:
-                    del d[field]
+        for combination in registry().values():
+            d.update(combination.identity_in(self))
         return d
+
+
+def _complete_options(given: Mapping[str, Any], played: tuple[str, ...]) -> dict[str, Any]:
+    """`options` checked and completed, in name order: each entry of its combination's class (a dict of
+    fields is read into it), and every played combination that has options present."""
+    from .combinations import get, registry
+
+    out = {}
+    for name, combination in registry().items():
+        if name not in given and (name not in played or combination.options is None):
+            continue
+        options = given.get(name)
+        if combination.options is None:
+            raise ValueError(f"Combination {name} has no options (given {options!r})")
+        if options is None:
+            options = combination.options()
+        elif isinstance(options, Mapping):
+            options = combination.options(**options)
+        if not isinstance(options, combination.options):
+            raise ValueError(f"Combination {name}'s options are a {combination.options.__name__}, not {options!r}")
+        out[name] = options
+    for name in given:
+        get(name)  # a name that is no combination: a ValueError naming them
+    return out
 
 
 def cell_name(combination: str, bot: str) -> str:

@@ -1,5 +1,5 @@
 """The report's figures (Figs. 5-9) as PNG files, with matplotlib (imported on first use, Agg backend).
-The combinations' sections draw their own (`protocol.combinations.sections`; C's in `selector_figures`).
+The combinations' sections draw their own (`protocol.combinations.sections`; C's in `combinations.c.figures`).
 
 Drawn from a run's summary (`summary.summarize`) and its cells; each file is
 written atomically.

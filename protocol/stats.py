@@ -2,9 +2,9 @@
 
 Pure numpy/scipy on plain arrays: nothing here imports JAX or the arena, so the
 numbers can be recomputed from `episodes.csv` alone. It lives in
-`jaxarena.protocol` (not in the environment package) because the dependency
-direction is env <- algorithms <- llm/protocol: statistics are part of the
-evaluation protocol, not of the environment.
+`jaxarena.protocol` (not in the environment package): statistics are part of the
+evaluation protocol, not of the environment, and the tuning, a layer above the
+protocol, measures its adapters with them (docs/layout.md, "Layers").
 
 Conventions (fixed here, written into every report):
 

@@ -229,7 +229,8 @@ def make_decision_env(
     (`selector.population.make_population`; learned-bot slots need a trained
     bot, so this builder leaves them out). `inputs` defaults to `InputConfig()`.
     """
-    from jaxarena.registry import make, resolve_squad
+    from jaxarena.bot_arena import resolve_squad
+    from jaxarena.registry import make
 
     from .population import make_population
 

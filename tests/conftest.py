@@ -56,6 +56,7 @@ LAYER_OF_FOLDER = {
     "protocol": "protocol",
     "selector": "selector",
     "coder": "coder",
+    "studies": "llm",  # the research studies in studies/: the tag model's readers and glance tables, played
 }
 # Top-level modules that are not the env and its API: analysis tools built on the env, the shipped
 # policies, and the project's own checks (docs, code size, notebooks' outputs, command-line errors).
@@ -68,8 +69,10 @@ LAYER_OF_MODULE = {
     "test_zoo_measured": "train",
     "test_docs": "project",
     "test_code_size": "project",
+    "test_layers": "project",
     "test_notebook_outputs": "project",
     "test_cli_errors": "project",
+    "test_cli_help": "project",
     "test_extras": "project",
     "test_gpu_suite": "project",
     "test_roofline": "project",

@@ -43,6 +43,13 @@ def _script_main(name: str):
     return load_script(Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py", f"scripts_{name}").main
 
 
+def _study_main(name: str):
+    """`main` of studies/NAME.py, a research study run as a file (pyproject's pytest pythonpath holds studies/)."""
+    import importlib
+
+    return importlib.import_module(name).main
+
+
 def _mains():
     from jaxarena.algorithms.train_loop import main as train
     from jaxarena.coder.cli import main as coder
@@ -57,6 +64,7 @@ def _mains():
         "jaxarena-coder": coder,
         "jaxarena-train-selector": train_selector,
         "jaxarena-tune-llm": tune,
+        **{f"{name}.py": _study_main(name) for name in ("look_first", "glance_play", "glance_regret")},
     }
 
 
@@ -74,31 +82,16 @@ CASES = [
     ("jaxarena-coder", ["--llm", "nope"], ["unknown LLM 'nope'"], ValueError),
     ("jaxarena-train-selector", ["--num-envs", "0"], ["num_envs must be >= 1"], ValueError),
     ("jaxarena-tune-llm", ["train", "--data", "{tmp}/no-data"], ["no-data"], OSError),
-    ("jaxarena-tune-llm", ["look-first", "--period", "0"], ["decision period must be > 0"], ValueError),
-    ("jaxarena-tune-llm", ["look-first", "--window", "-1"], ["look window must be >= 0"], ValueError),
     ("jaxarena-tune-llm", ["glance", "--group", "6"], ["group must be a multiple of 4"], ValueError),
     ("jaxarena-tune-llm", ["glance", "--episodes", "0"], ["--episodes must be at least 1"], None),
-    (
-        "jaxarena-tune-llm",
-        ["glance-play", "--tables", "AAAR"],
-        ["a table is 18 tag initials", "'AAAR' has 4"],
-        ValueError,
-    ),
-    ("jaxarena-tune-llm", ["glance-play", "--tables", "no-such-adapter"], ["no-such-adapter"], ValueError),
-    (
-        "jaxarena-tune-llm",
-        ["glance-play", "--tables", "AAAAAAAAAAAAAARFAG"],
-        ["'AAAAAAAAAAAAAARFAG' has G"],
-        ValueError,
-    ),
-    ("jaxarena-tune-llm", ["glance-play", "--tables", "A", "--episodes", "0"], ["--episodes must be at least 1"], None),
-    (
-        "jaxarena-tune-llm",
-        ["glance-regret", "--seed", "3", "--confirm-seed", "3"],
-        ["--confirm-seed must differ from --seed"],
-        None,
-    ),
-    ("jaxarena-tune-llm", ["glance-regret", "--tables", "AAAR"], ["'AAAR' has 4"], ValueError),
+    ("look_first.py", ["--period", "0"], ["decision period must be > 0"], ValueError),
+    ("look_first.py", ["--window", "-1"], ["look window must be >= 0"], ValueError),
+    ("glance_play.py", ["--tables", "AAAR"], ["a table is 18 tag initials", "'AAAR' has 4"], ValueError),
+    ("glance_play.py", ["--tables", "no-such-adapter"], ["no-such-adapter"], ValueError),
+    ("glance_play.py", ["--tables", "AAAAAAAAAAAAAARFAG"], ["'AAAAAAAAAAAAAARFAG' has G"], ValueError),
+    ("glance_play.py", ["--tables", "A", "--episodes", "0"], ["--episodes must be at least 1"], None),
+    ("glance_regret.py", ["--seed", "3", "--confirm-seed", "3"], ["--confirm-seed must differ from --seed"], None),
+    ("glance_regret.py", ["--tables", "AAAR"], ["'AAAR' has 4"], ValueError),
     ("demo.py", ["--episodes", "0"], ["--episodes must be at least 1"], None),
 ]
 
@@ -181,3 +174,17 @@ def test_an_interrupted_coder_loop_says_how_to_resume_its_run_folder(tmp_path, c
     code, err = _run(cli.main, ["--llm", "embedded", "--out", str(tmp_path), "--run", "r1"], capsys)
     assert code == 130
     assert err == f"jaxarena-coder: interrupted; run the same command again to resume ({tmp_path / 'r1'})\n"
+
+
+def test_an_interrupted_tuning_command_says_whether_it_resumes_without_a_traceback(tmp_path, capsys, monkeypatch):
+    from jaxarena.llm.tuning import cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_evaluate", interrupted)  # writes its study at the end: nothing to resume
+    assert cli.main(["evaluate", "--adapter", "x", "--out", str(tmp_path)]) == 130
+    assert capsys.readouterr().err == "jaxarena-tune-llm: interrupted\n"
+    monkeypatch.setattr(cli, "_data", interrupted)  # the dataset is written as it goes
+    assert cli.main(["data", "--out", str(tmp_path)]) == 130
+    assert capsys.readouterr().err == "jaxarena-tune-llm: interrupted; run the same command again to resume\n"

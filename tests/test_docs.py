@@ -36,7 +36,7 @@ def test_readme_is_short():
 
 def test_user_facing_text_has_no_development_record_words():
     cards = [p for folder in ("algorithms", "selector", "llm") for p in sorted((ROOT / folder).rglob("card.json"))]
-    pages = [README, *sorted((ROOT / "docs").glob("*.md")), *cards]
+    pages = [README, ROOT / "studies" / "README.md", *sorted((ROOT / "docs").glob("*.md")), *cards]
     hits = [
         f"{page.relative_to(ROOT)}:{n}: {line.strip()}"
         for page in pages
@@ -73,8 +73,8 @@ def test_readme_environment_example_runs():
 
 
 def test_code_speaks_of_the_project():
-    """Docstrings, CLI help and messages in the library, scripts and benchmarks cite papers by title too."""
-    folders = ["jaxarena", "algorithms", "llm", "protocol", "coder", "selector", "scripts", "benchmarks"]
+    """Docstrings, CLI help and messages in the library, scripts, studies and benchmarks cite papers by title too."""
+    folders = ["jaxarena", "algorithms", "llm", "protocol", "coder", "selector", "scripts", "studies", "benchmarks"]
     hits = [
         f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
         for folder in folders

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from jaxarena import zoo, zoo_cli
-from jaxarena.algorithms.checkpoint import load_policy, read_config, shipped_policies
+from jaxarena.algorithms.checkpoint import load_policy, read_config, resolve_path, shipped_policies
 from jaxarena.protocol.policies import directory_checksum, policy_env_id, policy_shaping, resolve_policy
 from jaxarena.zoo_cards import CARD_FILE, FIELDS, NOT_MEASURED, CardError, read_card, shipped_directories
 
@@ -134,6 +134,9 @@ def test_every_old_name_loads_as_a_policy_that_matches_the_old_readers(name):
     assert (policy.card.name, policy.card.env_id, policy.card.scenario) == (name, policy.env_id, policy.scenario)
     _, _, checksum, source = resolve_policy(name)
     assert (checksum, source) == (policy.checksum, policy.source)
+    # A packaged policy is named by a path that loads it on any machine, never this checkout's.
+    assert not Path(policy.source).is_absolute() and policy.source.startswith("pretrained/")
+    assert resolve_path(policy.source) == shipped_policies()[name]
 
 
 def test_a_run_directory_loads_without_a_card(tmp_path):

@@ -147,12 +147,17 @@ def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="jaxarena-tune-coder", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="SFT on the baselines and their variants, or GRPO on the game's reward")
-    t.add_argument("--method", choices=METHODS, default="sft")
+    t.add_argument(
+        "--method",
+        choices=METHODS,
+        default="sft",
+        help="SFT on the baselines and their variants, or GRPO on the game's reward (default %(default)s)",
+    )
     t.add_argument("--out", required=True, help="run directory: examples, checkpoint, metrics, curves, adapter")
-    t.add_argument("--steps", type=int, default=60)
+    t.add_argument("--steps", type=int, default=60, help="training steps (default %(default)s)")
     t.add_argument("--batch", type=int, default=2, help="SFT examples per step")
-    t.add_argument("--lr", type=float, default=1e-3)
-    t.add_argument("--rank", type=int, default=8)
+    t.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate (default %(default)s)")
+    t.add_argument("--rank", type=int, default=8, help="the LoRA adapter's rank (default %(default)s)")
     t.add_argument("--eval-every", type=int, default=10, help="steps between logged points and checkpoints")
     t.add_argument("--init-from", default=None, help="start from this adapter (a directory or a shipped name)")
     t.add_argument("--group", type=int, default=4, help="GRPO: replies sampled per plan")

@@ -28,13 +28,14 @@ KINDS = {
     "llm-adapter": "the tag model's choice (jaxarena-tune-llm; --adapter, --tuned-adapter)",
     "coder-adapter": "the coder's programs (jaxarena-tune-coder; jaxarena-coder --coder-adapter)",
     "glance-adapter": "the LLM's answers to the glance prompt every 0.2 s (jaxarena-tune-llm glance)",
+    "glance-table": "a table of answers to the glance prompt trained without the LLM (--learner table)",
 }
 
 
-def resolve_adapter(spec: str, kind: str | None = None) -> Path:
+def resolve_adapter(spec: str, kind: str | tuple[str, ...] | None = None) -> Path:
     """The directory of adapter `spec`: an existing directory, else a shipped name; AdapterError if neither.
 
-    `kind` ("llm-adapter" or "coder-adapter"): refuse an adapter trained for the other job.
+    `kind` (one of `KINDS`, or several that all serve): refuse an adapter trained for another job.
     """
     path = Path(spec).expanduser()
     if path.is_dir():
@@ -49,8 +50,9 @@ def resolve_adapter(spec: str, kind: str | None = None) -> Path:
             got = json.loads((found / CARD_FILE).read_text()).get("kind")
         except (OSError, ValueError, AttributeError):
             got = None  # a missing or corrupt card is `lora.load_adapter`'s to report
-        if got in KINDS and got != kind:
-            raise AdapterError(f"adapter {spec!r} is for {KINDS[got]}, not for {KINDS[kind]}")
+        wanted = (kind,) if isinstance(kind, str) else tuple(kind)
+        if got in KINDS and got not in wanted:
+            raise AdapterError(f"adapter {spec!r} is for {KINDS[got]}, not for {KINDS[wanted[0]]}")
     return found
 
 

@@ -9,8 +9,10 @@ K playouts per tag, holding the tag, give Q(s, tag) as a win probability and
 a mean return with its standard error.
 
 Train and eval episodes come from disjoint seeds: part keys are
-`fold_in(key(seed), part index)` with one part index per (bot, split,
-source), and the split is part of the index.
+`fold_in(fold_in(key(seed), DATA_STREAM), part index)` with one part index per
+(bot, split, source), and the split is part of the index. The stream constant
+keeps every part's episodes apart from the protocol's evaluation episodes,
+whose keys fold a bot index (0..2) straight into the seed's key.
 
 The dataset is a directory: `config.json`, then one `part-<bot>-<split>-<source>.npz`
 per part, each written atomically when it is done. Building again with the
@@ -44,7 +46,10 @@ from jaxarena.names import BOT_TYPES, NUM_TAGS
 
 SPLITS = ("train", "eval")
 SOURCES = ("llm", "random")
-DATA_FORMAT = 1
+# Format 2: part keys fold in DATA_STREAM (format 1's parts 0-2 of seed 0 replayed the protocol's
+# seed-0 evaluation keys, so held-out episodes shared spawns with training data).
+DATA_FORMAT = 2
+DATA_STREAM = 0xDA7A
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +79,11 @@ class DataConfig:
 
     def part_index(self, bot: str, split: str, source: str) -> int:
         return (BOT_TYPES.index(bot) * len(SPLITS) + SPLITS.index(split)) * len(SOURCES) + SOURCES.index(source)
+
+
+def part_key(seed: int, part: int) -> jax.Array:
+    """The key of dataset part `part` (`DataConfig.part_index`) under `seed`."""
+    return jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), DATA_STREAM), part)
 
 
 def part_path(root: Path, bot: str, split: str, source: str) -> Path:
@@ -141,7 +151,7 @@ def build_dataset(
                     progress(f"{dest.name}: already built")
                     continue
                 t0 = time.perf_counter()
-                key = jax.random.fold_in(jax.random.key(config.seed), config.part_index(bot, split, source))
+                key = part_key(config.seed, config.part_index(bot, split, source))
                 tags = tag_model.source.tag_fn() if source == "llm" else random_tags
                 run = make_runner(env, params, policy, tags, config.episodes, record_states=True)
                 kwargs = {"tag_state": tag_state} if source == "llm" else {}

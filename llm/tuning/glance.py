@@ -1,8 +1,8 @@
-"""The glance prompt learned from play: the LLM learns from the game what to answer at each 0.2 s glance.
+"""The glance prompt learned from play: a learner learns from the game what to answer at each 0.2 s glance.
 
 The glance prompt (`llm.glance`) is a finite set of prompts: time since the
 fight began x nearest-NPC distance x the bot's approach since the last glance.
-The LLM's 4-way choice on every prompt is one forward pass (`GlanceModel`), so
+The LLM's 4-way choice on every prompt is one forward pass (`llm.glance_model.GlanceModel`), so
 its answers form a table (cell -> tag) the rollout reads at each decision.
 
 One training step, on the device, per bot in `bots`:
@@ -35,10 +35,14 @@ answer's probability, moved every cell onto Aggressive (the shared
 adapter moves all cells together) before a rare answer could rise where it
 wins (docs/llm-training.md).
 
+The learner (`glance_learner`) is the LLM through a LoRA adapter (the
+recipe), or an 18 x 4 table of logits trained by the same steps on the same
+keys (`learner="table"`): the ablation of what the LLM adds to a table.
+
 Training spawns come from `training_key(seed, step)`, a stream apart from the
-protocol's keys, on which `glance_report` plays the stock and the tuned LLM's
-most likely answers beside always Aggressive (what the stock LLM answers to
-Table 10's prompt on `raid`).
+protocol's keys, on which `glance_report` plays the untrained and the tuned
+learner's most likely answers beside always Aggressive (what the stock LLM
+answers to Table 10's prompt on `raid`).
 """
 
 from __future__ import annotations
@@ -56,12 +60,11 @@ import optax
 from jaxarena.names import BOT_TYPES, NPC_WIN, NUM_TAGS
 from jaxarena.runner import Start, make_runner
 
-from ..glance import GLANCE_PERIOD_S, GLANCE_SYSTEM, NUM_GLANCE_CELLS, glance_prompts, glance_source, initial_carry
-from ..graph_tags import GraphTagSource
-from ..lora import LoraConfig, init_adapter
-from ..state_line import HostIds
+from ..glance import GLANCE_PERIOD_S, NUM_GLANCE_CELLS, glance_source, initial_carry
+from ..glance_model import greedy_table
 from . import losses
-from .history_bound import squad_setup
+from .glance_learner import DEFAULT_LR, LEARNERS, TABLE_PRIORS, as_learner
+from .paired_play import squad_setup
 
 #: Training keys: fold_in(PRNGKey(seed), TRAINING_STREAM + step); the protocol's keys fold in a bot index (0..2).
 TRAINING_STREAM = 1 << 20
@@ -83,10 +86,12 @@ class GlanceConfig:
     inner_steps: int = 2
     beta: float = 0.1
     memory: float = 0.95
-    lr: float = 3e-4
+    lr: float | None = None  # None: the learner's default (`glance_learner.DEFAULT_LR`)
     rank: int = 8
     seed: int = 0
     ask: str = "any"
+    learner: str = "llm"
+    table_prior: str = "stock"
 
     def __post_init__(self):
         object.__setattr__(self, "bots", tuple(self.bots))
@@ -100,6 +105,13 @@ class GlanceConfig:
             raise ValueError(f"group must be a multiple of {NUM_TAGS} (each answer played alike), got {self.group}")
         if self.ask not in ASK_RULES:
             raise ValueError(f"ask must be one of {', '.join(ASK_RULES)}; got {self.ask!r}")
+        if self.learner not in LEARNERS or self.table_prior not in TABLE_PRIORS:
+            raise ValueError(
+                f"learner must be one of {', '.join(LEARNERS)} and table_prior one of {', '.join(TABLE_PRIORS)}; "
+                f"got {self.learner!r}, {self.table_prior!r}"
+            )
+        if self.lr is None:
+            object.__setattr__(self, "lr", DEFAULT_LR[self.learner])
         if not self.lr > 0 or not self.beta > 0 or not 0 <= self.memory < 1 or self.seed < 0:
             raise ValueError("lr and beta must be > 0, memory in [0, 1), seed >= 0")
 
@@ -109,46 +121,10 @@ class GlanceConfig:
         # leaving the default out keeps their checkpoints resumable and their configs equal to today's.
         if fields["ask"] == "any":
             del fields["ask"]
+        # Likewise the learner: the LLM's runs name none, and the table's prior is the table's alone.
+        if fields["learner"] == "llm":
+            del fields["learner"], fields["table_prior"]
         return fields
-
-
-class GlanceModel:
-    """The LLM's option logits on every glance prompt, as a function of a LoRA adapter.
-
-    `logits(base, adapter)` is one forward pass over `NUM_GLANCE_CELLS` prompts
-    (the system prefix's KV cache recomputed under the adapter); differentiable
-    in `adapter`, and `adapter=None` is the base model.
-    """
-
-    def __init__(self, generator, lora: LoraConfig):
-        if generator.adapter is not None:
-            raise ValueError("GlanceModel needs the base model: its generator must run without an adapter")
-        self.lora = lora
-        self.source = GraphTagSource(generator, system=GLANCE_SYSTEM)
-        self.cfg, self.base, self.base_sha256 = generator.cfg, generator.base_params, generator.sha256
-        split = HostIds(generator)
-        prefix = list(self.source.lines.prefix_ids)
-        suffixes = []
-        for user in glance_prompts():
-            head, tail = split(GLANCE_SYSTEM, user)
-            if list(head) != prefix:
-                raise ValueError("the glance prompts do not share the system prefix the forward pass caches")
-            suffixes.append(tail)
-        width = max(map(len, suffixes))
-        self.tokens = np.zeros((len(suffixes), width), np.int32)
-        self.n_pad = np.asarray([width - len(s) for s in suffixes], np.int32)
-        for row, tail in enumerate(suffixes):
-            self.tokens[row, self.n_pad[row] :] = tail
-
-    def logits(self, base, adapter) -> jax.Array:
-        """(NUM_GLANCE_CELLS, 4) option logits; jittable."""
-        arrays = self.source.arrays_with(base, adapter, self.lora)
-        return self.source.logits(arrays, jnp.asarray(self.tokens), jnp.asarray(self.n_pad))
-
-
-def greedy_table(logits) -> np.ndarray:
-    """Each cell's most likely answer, (NUM_GLANCE_CELLS,) int32."""
-    return np.asarray(jnp.argmax(logits, axis=-1), np.int32)
 
 
 def training_key(seed: int, step: int) -> jax.Array:
@@ -173,11 +149,13 @@ def visited_cells(result) -> jax.Array:
     return jnp.any(glanced & result.decision_active[..., None], axis=0)
 
 
-def make_collect(env, env_params, policy, model: GlanceModel, config: GlanceConfig) -> Callable:
-    """`collect(adapter, base, policy_params, params, key) -> (advantage, asked, stats)` on one bot; traceable.
+def make_collect(env, env_params, policy, learner, config: GlanceConfig) -> Callable:
+    """`collect(learned, frozen, policy_params, params, key) -> (advantage, asked, stats)` on one bot; traceable.
 
-    See `credit` for what advantage and asked hold.
+    `learner`: a `glance_learner` learner (or a `GlanceModel`, the LLM's); `learned` its parameters and `frozen`
+    what it holds fixed. See `credit` for what advantage and asked hold.
     """
+    learner = as_learner(learner)
     lanes = config.spawns * config.group
     play = make_runner(env, env_params, policy, glance_source(), lanes)
     scout = make_runner(env, env_params, policy, glance_source(), config.spawns)
@@ -202,9 +180,9 @@ def make_collect(env, env_params, policy, model: GlanceModel, config: GlanceConf
         )
         return jax.random.categorical(key, jnp.where(seen, 0.0, -jnp.inf)).astype(jnp.int32)
 
-    def collect(adapter, base, policy_params, params, key):
+    def collect(learned, frozen, policy_params, params, key):
         k_reset, k_focus, k_play = jax.random.split(key, 3)
-        logits = jax.lax.stop_gradient(model.logits(base, adapter))
+        logits = jax.lax.stop_gradient(learner.logits(frozen, learned))
         _, spawned = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(k_reset, config.spawns), params)
         states = jax.tree.map(lambda x: jnp.repeat(x, config.group, axis=0), spawned)
         # A group asks about one cell: its lanes give each of the four answers there (G/4 lanes each),
@@ -250,58 +228,62 @@ def glance_loss(logits: jax.Array, target: jax.Array) -> jax.Array:
     return -jnp.mean(jnp.sum(target * losses.option_log_probs(logits), axis=-1))
 
 
-def make_update(model: GlanceModel, config: GlanceConfig, optimizer) -> Callable:
-    """`update(adapter, opt_state, base, advantage) -> (adapter, opt_state, stats)`; traceable.
+def make_update(learner, config: GlanceConfig, optimizer) -> Callable:
+    """`update(learned, opt_state, frozen, advantage) -> (learned, opt_state, stats)`; traceable.
 
-    stats: the last inner step's loss, and the updated model's logits and KL to the base model.
+    `learner` as in `make_collect`. stats: the last inner step's loss, and the updated learner's logits and KL
+    to the reference (the base model; a table's prior).
     """
+    learner = as_learner(learner)
 
-    def update(adapter, opt_state, base, advantage):
-        ref = jax.lax.stop_gradient(model.logits(base, None))
+    def update(learned, opt_state, frozen, advantage):
+        ref = jax.lax.stop_gradient(learner.logits(frozen, None))
         target = target_probs(ref, advantage, config.beta)
 
         def inner(carry, _):
             ad, opt = carry
-            value, grads = jax.value_and_grad(lambda a: glance_loss(model.logits(base, a), target))(ad)
+            value, grads = jax.value_and_grad(lambda a: glance_loss(learner.logits(frozen, a), target))(ad)
             updates, opt = optimizer.update(grads, opt, ad)
             return (optax.apply_updates(ad, updates), opt), value
 
-        (adapter, opt_state), value = jax.lax.scan(inner, (adapter, opt_state), None, config.inner_steps)
-        logits = model.logits(base, adapter)
-        return adapter, opt_state, {"loss": value[-1], "kl": losses.exact_kl(logits, ref).mean(), "logits": logits}
+        (learned, opt_state), value = jax.lax.scan(inner, (learned, opt_state), None, config.inner_steps)
+        logits = learner.logits(frozen, learned)
+        return learned, opt_state, {"loss": value[-1], "kl": losses.exact_kl(logits, ref).mean(), "logits": logits}
 
     return update
 
 
-def train_glance(config: GlanceConfig, out: str | Path, model: GlanceModel, progress=print):
-    """Run (or resume) `config` into OUT; returns (adapter, history). Checkpoints after every step.
+def train_glance(config: GlanceConfig, out: str | Path, model=None, progress=print):
+    """Run (or resume) `config` into OUT; returns (learned parameters, history). Checkpoints after every step.
 
-    OUT holds the checkpoint (adapter, optimizer, what play has shown, the history) and curves.png.
+    `model`: the LLM's `GlanceModel` (or a learner, `glance_learner`); None for `config.learner == "table"`.
+    OUT holds the checkpoint (the parameters, optimizer, what play has shown, the history) and curves.png.
     """
     from .train import load_checkpoint, save_checkpoint, write_curves
 
+    learner = as_learner(model, config)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     env, bot_params, policy, policy_params = squad_setup(
         config.scenario, config.policy, config.bots, decision_period_s=GLANCE_PERIOD_S
     )
     optimizer = optax.adam(config.lr)
-    adapter = init_adapter(model.cfg, model.lora, jax.random.PRNGKey(config.seed))
-    opt_state = optimizer.init(adapter)
+    learned = learner.init(config.seed)
+    opt_state = optimizer.init(learned)
     # What play has shown so far: each (cell, answer)'s advantage summed, and the groups asked, both decayed.
     seen = (jnp.zeros((NUM_GLANCE_CELLS, NUM_TAGS)), jnp.zeros((NUM_GLANCE_CELLS,)))
     start, history = 0, []
-    resumed = load_checkpoint(out, (adapter, (opt_state, seen)), config)
+    resumed = load_checkpoint(out, (learned, (opt_state, seen)), config)
     if resumed is not None:
-        start, (adapter, (opt_state, seen)), history = resumed
+        start, (learned, (opt_state, seen)), history = resumed
         progress(f"resuming {out} at step {start}/{config.steps}")
-    collect = jax.jit(make_collect(env, bot_params[config.bots[0]], policy, model, config))
-    update = jax.jit(make_update(model, config, optimizer))
+    collect = jax.jit(make_collect(env, bot_params[config.bots[0]], policy, learner, config))
+    update = jax.jit(make_update(learner, config, optimizer))
     for step in range(start, config.steps):
         began = time.perf_counter()
         key = training_key(config.seed, step)
         parts = {
-            bot: collect(adapter, model.base, policy_params, bot_params[bot], jax.random.fold_in(key, i))
+            bot: collect(learned, learner.frozen, policy_params, bot_params[bot], jax.random.fold_in(key, i))
             for i, bot in enumerate(config.bots)
         }
         # Each (cell, answer)'s advantage is a mean over the groups that asked about the cell, recent ones
@@ -311,20 +293,10 @@ def train_glance(config: GlanceConfig, out: str | Path, model: GlanceModel, prog
             config.memory * seen[1] + sum(n for _, n, _ in parts.values()),
         )
         advantage = seen[0] / jnp.maximum(seen[1], 1e-6)[:, None]
-        adapter, opt_state, stats = update(adapter, opt_state, model.base, advantage)
-        probs = jax.nn.softmax(stats["logits"], -1)
-        record = {
-            "step": step + 1,
-            "lane_win": {bot: float(s["win"]) for bot, (_, _, s) in parts.items()},
-            "informative_groups": float(np.mean([float(s["informative"]) for _, _, s in parts.values()])),
-            "reached_groups": float(np.mean([float(s["reached"]) for _, _, s in parts.values()])),
-            "kl": float(stats["kl"]),
-            "entropy_bits": float(-(probs * jnp.log2(jnp.maximum(probs, 1e-12))).sum(-1).mean()),
-            "table": "".join(str(t) for t in greedy_table(probs)),
-            "seconds": round(time.perf_counter() - began, 1),
-        }
+        learned, opt_state, stats = update(learned, opt_state, learner.frozen, advantage)
+        record = step_record(step, parts, stats, began)
         history.append(record)
-        save_checkpoint(out, step + 1, adapter, (opt_state, seen), history, config)
+        save_checkpoint(out, step + 1, learned, (opt_state, seen), history, config)
         wins = " ".join(f"{bot} {100 * w:.0f}%" for bot, w in record["lane_win"].items())
         progress(
             f"step {step + 1}/{config.steps}: the played lanes win {wins}; groups that reached their cell "
@@ -334,7 +306,25 @@ def train_glance(config: GlanceConfig, out: str | Path, model: GlanceModel, prog
         )
     steps = [h["step"] for h in history]
     panels = [(f"{bot}: the played lanes' win", steps, [h["lane_win"][bot] for h in history]) for bot in config.bots]
-    panels += [("KL to the base model", steps, [h["kl"] for h in history])]
+    panels += [("KL to the reference", steps, [h["kl"] for h in history])]
     panels += [("answer entropy (bits)", steps, [h["entropy_bits"] for h in history])]
-    write_curves(out, panels, "the glance prompt: the LLM learns from the game")
-    return adapter, history
+    write_curves(out, panels, f"the glance prompt: {learner.noun} learns from the game")
+    return learned, history
+
+
+def step_record(step: int, parts: dict, stats: dict, began: float) -> dict:
+    """A step's line of the history: per bot the played lanes' win, the groups' shares, the groups that asked
+    about each cell (over the bots), the loss, the KL, the answers' entropy and the greedy table."""
+    probs = jax.nn.softmax(stats["logits"], -1)
+    return {
+        "step": step + 1,
+        "lane_win": {bot: float(s["win"]) for bot, (_, _, s) in parts.items()},
+        "informative_groups": float(np.mean([float(s["informative"]) for _, _, s in parts.values()])),
+        "reached_groups": float(np.mean([float(s["reached"]) for _, _, s in parts.values()])),
+        "asked": [int(n) for n in np.asarray(sum(n for _, n, _ in parts.values()))],
+        "loss": float(stats["loss"]),
+        "kl": float(stats["kl"]),
+        "entropy_bits": float(-(probs * jnp.log2(jnp.maximum(probs, 1e-12))).sum(-1).mean()),
+        "table": "".join(str(t) for t in greedy_table(probs)),
+        "seconds": round(time.perf_counter() - began, 1),
+    }

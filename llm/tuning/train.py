@@ -264,6 +264,16 @@ def _offline_step(config: TrainConfig, model: TagModel, data: Decisions):
     return (lambda ad, opt, i: update(ad, opt, model.base, _draw(pool, config, i))), optimizer.init(model.adapter)
 
 
+#: GRPO's episodes fold this stream into the seed's key, apart from the dataset's (`data.DATA_STREAM`)
+#: and from the protocol's evaluation keys, which fold a bot index (0..2).
+GRPO_STREAM = 0x6B0
+
+
+def grpo_key(seed: int) -> jax.Array:
+    """The root key of GRPO's training episodes under `seed` (step i plays `fold_in(root, i)`)."""
+    return jax.random.fold_in(jax.random.key(seed), GRPO_STREAM)
+
+
 def _online_step(config: TrainConfig, model: TagModel, data):
     """GRPO: `step(adapter, opt_state, i)` plays, scores and updates in one program (`grpo`)."""
     import jaxarena
@@ -288,8 +298,7 @@ def _online_step(config: TrainConfig, model: TagModel, data):
         lr=config.lr,
     )
     step, optimizer = make_grpo_step(env, params0, policy, model, grpo)
-    # Train episodes come from seeds the dataset never used (its parts fold in small part indices).
-    key = jax.random.fold_in(jax.random.key(config.seed), 0x6B0)
+    key = grpo_key(config.seed)
 
     def run(adapter, opt_state, i):
         params = bot_params[i % len(bot_params)]

@@ -3,17 +3,50 @@
 The LLM runs on the host (`TagSelector` through `io_callback`, with the
 prompt cache) or inside the jitted rollout (`GraphTagSource`; it reads no
 prompt cache but fills it), as `jaxarena.llm.paths` decides; both write the
-same decision records and counters. With `price_decisions` the rollout also
-records its decision states and the oracle prices every decision
-(`protocol.pricing`), which the headroom section reads.
+same decision records and counters. With `price_decisions` (`BOptions`) the
+rollout also records its decision states and the oracle prices every decision
+(`protocol.pricing`), which the headroom section reads. The LLM's settings are
+the run's (`ProtocolConfig.llm`, ...): L plays the same model.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from ..combination import Combination, Played
 from ..playing import arena, compile_rollout, episodes, timed_call
 from ..pricing import price_cell
 from . import o
+
+
+@dataclasses.dataclass(frozen=True)
+class BOptions:
+    """latency_steps: ticks between a decision and its tag taking effect (0 = at once).
+    price_decisions: price every decision with the oracle (regret, agreement; `oracle_rollouts`
+      playouts per tag).
+    """
+
+    latency_steps: int = 0
+    price_decisions: bool = False
+
+    @classmethod
+    def add_arguments(cls, group) -> None:
+        group.add_argument(
+            "--latency-steps",
+            type=int,
+            default=cls.latency_steps,
+            metavar="N",
+            help="ticks before a chosen tag takes effect (default 0)",
+        )
+        group.add_argument(
+            "--price-decisions",
+            action="store_true",
+            help="price every B decision with the oracle (K playouts per tag): regret and agreement per bot (slow)",
+        )
+
+    @classmethod
+    def from_args(cls, args) -> BOptions:
+        return cls(latency_steps=args.latency_steps, price_decisions=args.price_decisions)
 
 
 def prompt_limits(config) -> dict[str, float]:
@@ -65,17 +98,17 @@ def _stats_delta(after: dict, before: dict) -> dict:
 
 
 def _fingerprint(context, label: str) -> dict:
-    c, llm = context.config, llm_run(context)
-    fp = {"llm": {k: v for k, v in llm.identity().items() if k != "host"}, "latency_steps": c.latency_steps}
+    c, llm, options = context.config, llm_run(context), context.config.options_of("B")
+    fp = {"llm": {k: v for k, v in llm.identity().items() if k != "host"}, "latency_steps": options.latency_steps}
     if llm.path() == "graph":  # host cells keep the fingerprint they always had
         fp["llm_path"] = "graph"
-    if c.price_decisions:
+    if options.price_decisions:
         fp["pricing"] = {"rollouts": c.oracle_rollouts}
     return fp
 
 
 def _compile(context, label, env, env_params, policy, params, source, tag_state=None):
-    c = context.config
+    options = context.config.options_of("B")
     # Only a run that prices its decisions keeps the states: the default program is unchanged.
     return context.program(
         label,
@@ -86,8 +119,8 @@ def _compile(context, label, env, env_params, policy, params, source, tag_state=
             policy,
             params,
             source,
-            latency_steps=c.latency_steps,
-            record_states=c.price_decisions,
+            latency_steps=options.latency_steps,
+            record_states=options.price_decisions,
             tag_state=tag_state,
         ),
     )
@@ -131,15 +164,13 @@ def _play_in_graph(context, label, bot, key, progress, env, env_params, policy, 
 
 
 def _play(context, label: str, bot: str, key, progress) -> Played:
-    import dataclasses
-
     c = context.config
     policy, params = context.resolve(c.policy_b)[:2]
     env, env_params = arena(context, policy, bot, shaped=True)
     play = _play_in_graph if llm_run(context).path() == "graph" else _play_on_host
     result, played = play(context, label, bot, key, progress, env, env_params, policy, params)
     decisions, timing = played.decisions, dict(played.timing)
-    if c.price_decisions:
+    if c.options_of("B").price_decisions:
         decisions, timing["pricing"] = price_cell(
             context, result, decisions, env, env_params, policy, params, key, progress
         )
@@ -149,8 +180,18 @@ def _play(context, label: str, bot: str, key, progress) -> Played:
 
 
 def _check(config) -> None:
-    if config.price_decisions and "B" not in config.combinations:
-        raise ValueError("price_decisions prices Combination B's LLM decisions: add B to the combinations")
+    if config.options_of("B").price_decisions and "B" not in config.combinations:
+        raise ValueError(
+            "B's price_decisions option (--price-decisions) prices Combination B's LLM decisions: add B to the "
+            "combinations"
+        )
+
+
+def _identity(config) -> dict:
+    # The flat names these had before options were grouped (pricing only where on): an older
+    # command keeps its run id.
+    options = config.options_of("B")
+    return {"latency_steps": options.latency_steps, **({"price_decisions": True} if options.price_decisions else {})}
 
 
 def _meta(context, config) -> dict:
@@ -169,5 +210,7 @@ COMBINATION = Combination(
     check=_check,
     meta=_meta,
     preflight=lambda context: llm_run(context).preflight(),
+    options=BOptions,
+    identity=_identity,
     sections=(o.HEADROOM,),  # with price_decisions: B's regret against the oracle
 )

@@ -2,16 +2,19 @@
 
 The glance prompt (`jaxarena.llm.glance`) tells the LLM the time since the
 fight began, the nearest NPC's distance and whether the bot closed in since
-the last glance, 0.2 s before; a glance adapter (`--glance-adapter`, from
-`jaxarena-tune-llm glance`) is what the model learned to answer from play.
+the last glance, 0.2 s before; a glance adapter (its option, `--glance-adapter`,
+from `jaxarena-tune-llm glance`) is what the model learned to answer from play.
 The model's most likely answer to each of the 18 prompts is computed once per
-run and looked up in the rollout. G decides 25 times as often as B and reads
+run and looked up in the rollout; a glance table (`jaxarena-tune-llm glance
+--learner table`, 18 x 4 logits trained the same way without the LLM) plays
+through the same option. G decides 25 times as often as B and reads
 a prompt B's does not hold: a variant of B, beside it on the same paired
 episodes. Its section gives what L's does (`l.versus_b`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from ..combination import Combination, Played, ReportSection
@@ -19,13 +22,35 @@ from ..playing import arena, compile_rollout, episodes, timed_call
 from .l import print_versus_b, render_versus_b, versus_b
 
 
+@dataclasses.dataclass(frozen=True)
+class GOptions:
+    """adapter: the glance adapter G's LLM answers with: a shipped name (e.g. smollm2-raid-glance) or a
+    directory from `jaxarena-tune-llm glance`; G needs one."""
+
+    adapter: str | None = None
+
+    @classmethod
+    def add_arguments(cls, group) -> None:
+        group.add_argument(
+            "--glance-adapter",
+            default=None,
+            metavar="NAME_OR_DIR",
+            help="G's adapter: a shipped name, e.g. smollm2-raid-glance, or a directory from jaxarena-tune-llm glance "
+            "(its adapter/, or the table/ of --learner table)",
+        )
+
+    @classmethod
+    def from_args(cls, args) -> GOptions:
+        return cls(adapter=args.glance_adapter)
+
+
 def glance_table(context):
     """(the adapter's answer per glance prompt, its checksum), made once per run."""
 
     def make():
-        from jaxarena.llm.tuning.glance_report import load_glance_table
+        from jaxarena.llm.glance_model import load_glance_table
 
-        return load_glance_table(context.config.glance_adapter)
+        return load_glance_table(context.config.options_of("G").adapter)
 
     return context.shared("G.table", make)
 
@@ -64,15 +89,21 @@ def _preflight(context) -> None:
     from jaxarena.llm.preflight import preflight
 
     preflight(EmbeddedBackend())
-    resolve_adapter(context.config.glance_adapter, kind="glance-adapter")
+    resolve_adapter(context.config.options_of("G").adapter, kind=("glance-adapter", "glance-table"))
 
 
 def _check(config) -> None:
-    if "G" in config.combinations and not config.glance_adapter:
+    if "G" in config.combinations and not config.options_of("G").adapter:
         raise ValueError(
             "Combination G plays B's squad under the LLM answering the glance prompt: name its adapter with "
             "--glance-adapter (a shipped name, e.g. smollm2-raid-glance, or a directory from jaxarena-tune-llm glance)"
         )
+
+
+def _identity(config) -> dict:
+    # Only where G plays, under the flat name it had before options were grouped: an older command
+    # keeps its run id.
+    return {"glance_adapter": config.options_of("G").adapter} if "G" in config.combinations else {}
 
 
 def _fingerprint(context, label: str) -> dict:
@@ -90,13 +121,14 @@ COMBINATION = Combination(
     fingerprint=_fingerprint,
     check=_check,
     preflight=_preflight,
-    identity_fields=("glance_adapter",),
+    options=GOptions,
+    identity=_identity,
     sections=(
         ReportSection(
             key="glance_llm",
             rank=36,
             applies=lambda config: "G" in config.combinations,
-            summarize=lambda results: versus_b(results, "G", results.config.glance_adapter),
+            summarize=lambda results: versus_b(results, "G", results.config.options_of("G").adapter),
             render=lambda section: render_versus_b(
                 section, f"### Glance LLM (G): B's squad under the LLM with glance adapter `{section['adapter']}`"
             ),

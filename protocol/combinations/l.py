@@ -1,7 +1,7 @@
 """Combination L: B's squad under the tuned LLM, the same model as B's with a LoRA adapter.
 
-The adapter (`--tuned-adapter`, a shipped name or a directory from
-`jaxarena-tune-llm train`) runs inside the jitted rollout on the same
+The adapter (its option, `--tuned-adapter`: a shipped name or a directory
+from `jaxarena-tune-llm train`) runs inside the jitted rollout on the same
 in-graph path as B's LLM (`GraphTagSource`), so L needs an in-process model
 with choice decoding (`--llm embedded` or `gguf:PATH`). B's own LLM stays as
 `--llm`/`--adapter` say (the stock model by default), so with both in a run
@@ -24,13 +24,36 @@ from ..playing import arena, compile_rollout, episodes, timed_call
 from .b import prompt_limits
 
 
+@dataclasses.dataclass(frozen=True)
+class LOptions:
+    """adapter: the LoRA adapter of L's LLM: a shipped name or a directory from `jaxarena-tune-llm train`;
+    L needs one."""
+
+    adapter: str | None = None
+
+    @classmethod
+    def add_arguments(cls, group) -> None:
+        group.add_argument(
+            "--tuned-adapter",
+            default=None,
+            metavar="NAME_OR_DIR",
+            help="L's adapter, on B's LLM in place of --adapter: a shipped name or a directory from "
+            "jaxarena-tune-llm train",
+        )
+
+    @classmethod
+    def from_args(cls, args) -> LOptions:
+        return cls(adapter=args.tuned_adapter)
+
+
 def llm_run(context):
     """L's LLM: the run's LLM settings with the tuned adapter, made once per run."""
 
     def make():
         from jaxarena.llm.paths import LLMRun
 
-        settings = dataclasses.replace(context.config, adapter=context.config.tuned_adapter, llm_path="graph")
+        adapter = context.config.options_of("L").adapter
+        settings = dataclasses.replace(context.config, adapter=adapter, llm_path="graph")
         return LLMRun(settings, None, lambda: prompt_limits(context.config), context.session, player="L")
 
     return context.shared("L.llm", make)
@@ -64,11 +87,17 @@ def _fingerprint(context, label: str) -> dict:
 
 
 def _check(config) -> None:
-    if "L" in config.combinations and not config.tuned_adapter:
+    if "L" in config.combinations and not config.options_of("L").adapter:
         raise ValueError(
             "Combination L plays B's squad under a tuned LLM: name its adapter with --tuned-adapter "
             "(a shipped name or a directory from jaxarena-tune-llm train)"
         )
+
+
+def _identity(config) -> dict:
+    # Only where L plays, under the flat name it had before options were grouped: an older command
+    # keeps its run id.
+    return {"tuned_adapter": config.options_of("L").adapter} if "L" in config.combinations else {}
 
 
 def _meta(context, config) -> dict:
@@ -110,7 +139,7 @@ def versus_b(results: Results, label: str, adapter: str | None) -> dict:
 
 
 def _summarize(results: Results) -> dict:
-    return versus_b(results, "L", results.config.tuned_adapter)
+    return versus_b(results, "L", results.config.options_of("L").adapter)
 
 
 def render_versus_b(section: dict, heading: str) -> list[str]:
@@ -164,7 +193,8 @@ COMBINATION = Combination(
     check=_check,
     meta=_meta,
     preflight=lambda context: llm_run(context).preflight(),
-    identity_fields=("tuned_adapter",),
+    options=LOptions,
+    identity=_identity,
     sections=(
         ReportSection(
             key="tuned_llm",

@@ -76,7 +76,7 @@ def _play(context, label: str, bot: str, key, progress) -> Played:
 # -- the headroom section: summary.json's `oracle`, its report table and its console lines --
 def uses_oracle(config) -> bool:
     """Whether a run has anything for the oracle section (F, O or priced B decisions)."""
-    return bool({"F", "O"} & set(config.combinations)) or config.price_decisions
+    return bool({"F", "O"} & set(config.combinations)) or config.options_of("B").price_decisions
 
 
 def oracle_summary(by: dict, descriptive: dict, config) -> dict:

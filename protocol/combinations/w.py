@@ -31,11 +31,12 @@ def _squads(context, label: str) -> dict[str, str]:
 
 def _fingerprint(context, label: str) -> dict:
     # Every squad's checksum: editing a baseline invalidates the cell.
-    return {"policy": {name: context.resolve(spec)[2] for name, spec in specs().items()}, "tag": context.config.tag_a}
+    tag = context.config.options_of("A").tag
+    return {"policy": {name: context.resolve(spec)[2] for name, spec in specs().items()}, "tag": tag}
 
 
 def _play(context, label: str, bot: str, key, progress) -> Played:
-    c = context.config
+    c, tag = context.config, context.config.options_of("A").tag  # W plays as A does, A's tag included
     # The squad-policy language reads Arena-v0's observation; no tag choice, so no shaping is logged.
     env, env_params = arena(context, None, bot, shaped=False, env_id=DEFAULT_ENV_ID)
     programs, compile_s = {}, 0.0
@@ -43,7 +44,7 @@ def _play(context, label: str, bot: str, key, progress) -> Played:
         policy, params = context.resolve(spec)[:2]
         programs[name], seconds = context.program(
             f"{label}:{name}",
-            lambda policy=policy, params=params: compile_rollout(context, env, env_params, policy, params, c.tag_a),
+            lambda policy=policy, params=params: compile_rollout(context, env, env_params, policy, params, tag),
         )
         compile_s += seconds
     sets, wall = {}, 0.0

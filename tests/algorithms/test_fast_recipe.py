@@ -14,30 +14,41 @@ import pytest
 
 from jaxarena.algorithms import PPOConfig, make_trainer
 from jaxarena.algorithms.checkpoint import read_config, resolve_path
-from jaxarena.algorithms.config import FAST_RECIPE, PRESETS
+from jaxarena.algorithms.config import FAST_RECIPE, PRESETS, default_preset
 from jaxarena.algorithms.train_loop import main
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_SIZES = {"num_envs": 6, "num_steps": 8, "hidden": 8}
 
 
-def test_the_default_preset_is_the_shipped_recipe_and_fast_differs_only_where_named():
+def test_the_classic_preset_is_the_shipped_recipe_and_fast_differs_only_where_named():
     shipped = json.loads((resolve_path("A") / "config.json").read_text())
-    default = PPOConfig.preset("default")
-    assert default == PPOConfig()
+    classic = PPOConfig.preset("classic")
+    assert classic == PPOConfig()
     for name in ("update_epochs", "num_minibatches", "lr", "num_envs", "num_steps", "hidden", "ent_coef"):
-        assert default.to_dict()[name] == shipped[name], name
+        assert classic.to_dict()[name] == shipped[name], name
     fast = PPOConfig.fast()
-    changed = {k for k, v in fast.to_dict().items() if v != default.to_dict()[k]}
+    changed = {k for k, v in fast.to_dict().items() if v != classic.to_dict()[k]}
     assert changed and changed <= set(FAST_RECIPE)
-    assert fast.update_epochs < default.update_epochs  # the point of it: fewer gradient samples per env step
+    assert fast.update_epochs < classic.update_epochs  # the point of it: fewer gradient samples per env step
     assert PPOConfig.preset("fast", lr=1e-4).lr == 1e-4  # later changes override the preset
     assert PPOConfig.from_dict(json.loads(fast.to_json())) == fast
     with pytest.raises(ValueError, match="preset must be one of"):
         PPOConfig.preset("fastest")
     # Every preset spells out the same fields, so resuming with another preset is refused.
-    assert all(set(recipe) == set(PRESETS["default"]) for recipe in PRESETS.values())
-    assert set(FAST_RECIPE) < set(PRESETS["default"])
+    assert all(set(recipe) == set(PRESETS["classic"]) for recipe in PRESETS.values())
+    assert set(FAST_RECIPE) < set(PRESETS["classic"])
+
+
+def test_the_default_preset_is_the_drill_with_the_approach_shaping_and_a_new_A_run_gets_it():
+    default = PPOConfig.preset("default")
+    assert default.approach_shaping > 0 and PPOConfig().approach_shaping == 0.0
+    assert default.replace(approach_shaping=0.0) == PPOConfig.preset("fast_evasive")
+    assert PPOConfig.from_dict(json.loads(default.to_json())) == default
+    # A config written before the field existed loads without the shaping, as it was trained.
+    old = {k: v for k, v in json.loads(PPOConfig().to_json()).items() if k != "approach_shaping"}
+    assert PPOConfig.from_dict(old).approach_shaping == 0.0
+    assert (default_preset("A"), default_preset("B")) == ("default", "classic")
 
 
 def test_the_fast_evasive_preset_is_the_fast_recipe_against_the_evasive_bot_alone():
@@ -76,7 +87,7 @@ def test_the_fast_preset_round_trips_through_the_cli_run_config_and_resume(tmp_p
     assert [r["update"] for r in rows] == [1, 2, 3, 4]
     assert read_config(out).update_epochs == FAST_RECIPE["update_epochs"]
     # The other preset would change the run's recipe: refused, in one line.
-    assert main(["--preset", "default", "--out", str(out), *tiny]) == 2
+    assert main(["--preset", "classic", "--out", str(out), *tiny]) == 2
     assert "cannot change" in capsys.readouterr().err
 
 
@@ -92,13 +103,13 @@ def test_time_to_policy_smoke_mode_reports_the_old_and_the_new_recipe(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     summary = lines[-1]["summary"]
-    assert {"default", "fast_evasive", "speedup", "speedup_at_least", "seeds", "load_before"} <= set(summary)
-    for preset in ("default", "fast_evasive"):
+    assert {"classic", "default", "speedup", "speedup_at_least", "seeds", "load_before"} <= set(summary)
+    for preset in ("classic", "default"):
         assert summary[preset]["time_to_policy_s"] > 0  # the smoke bars are 0: the first full check passes
         assert summary[preset]["passed"] == "1/1"
     assert summary["speedup"] > 0 and summary["speedup_at_least"] == summary["speedup"]  # the same seeds passed
     points = lines[:-1]
-    assert {p["preset"] for p in points} == {"default", "fast_evasive"}
+    assert {p["preset"] for p in points} == {"classic", "default"}
     for p in points:
         assert {"env_steps", "train_s", "eval_s", "win_balanced", "win_evasive", "kind", "load1"} <= set(p)
         assert all(0.0 <= p[f"win_{bot}"] <= 1.0 for bot in ("aggressive", "balanced", "evasive"))

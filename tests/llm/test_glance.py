@@ -191,8 +191,8 @@ def test_lanes_with_one_key_play_one_game_until_their_answers_differ():
 def glance_model():
     from embedded_common import generator
 
+    from jaxarena.llm.glance_model import GlanceModel
     from jaxarena.llm.lora import LoraConfig
-    from jaxarena.llm.tuning.glance import GlanceModel
 
     return GlanceModel(generator("bf16"), LoraConfig(rank=4, targets=("q", "v")))
 
@@ -201,7 +201,8 @@ def glance_model():
 def test_the_update_teaches_the_model_an_answer_per_cell_from_advantages(glance_model):
     import optax
 
-    from jaxarena.llm.tuning.glance import greedy_table, make_update
+    from jaxarena.llm.glance_model import greedy_table
+    from jaxarena.llm.tuning.glance import make_update
 
     model = glance_model
     zero = init_adapter(model.cfg, model.lora, jax.random.key(0))
@@ -286,7 +287,7 @@ def test_the_shipped_glance_adapter_loads_by_name_and_answers_as_its_card_record
     import json
 
     from jaxarena.llm.adapters import ADAPTERS_DIR
-    from jaxarena.llm.tuning.glance_report import load_glance_table
+    from jaxarena.llm.glance_model import load_glance_table
     from jaxarena.names import TAG_NAMES
 
     table, checksum = load_glance_table("smollm2-raid-glance")

@@ -18,7 +18,7 @@ from jaxarena.protocol import ProtocolConfig, evaluate
 from jaxarena.protocol.runner import ProtocolRunner
 
 # The host LLM path: these runs check its prompt cache (r2 is answered from r1's).
-CONFIG = ProtocolConfig(episodes=4, seed=3, policy_a="A", policy_b="B", num_periods=4, n_boot=2000, llm_path="host")
+CONFIG = ProtocolConfig(episodes=4, seed=3, policy_b="B", num_periods=4, n_boot=2000, llm_path="host")
 
 
 class SimulatedKill(Exception):
@@ -197,7 +197,6 @@ def test_ollama_backend_path_with_faults(tmp_path):
             episodes=6,
             seed=2,
             bots=("balanced",),
-            policy_a="A",
             policy_b="A",
             llm="ollama",
             model="mistral",

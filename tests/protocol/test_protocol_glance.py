@@ -4,6 +4,7 @@ episode for episode. Episodes are cut to 3 of B's periods (15 s)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import jax
@@ -19,11 +20,12 @@ def test_the_registry_and_the_command_line_know_g():
     assert "G" in names() and get("G").name == "G"
     args = build_parser().parse_args(["--combinations", "B", "g", "--glance-adapter", "x"])
     config = config_from_args(args)
-    assert config.combinations == ("B", "G") and config.glance_adapter == "x" and config.tuned_adapter is None
+    assert config.combinations == ("B", "G") and config.options_of("G").adapter == "x"
+    assert config.options_of("L").adapter is None and "L" not in config.options
     with pytest.raises(ValueError, match="--glance-adapter"):
         ProtocolConfig(combinations=("G",))
     # Without G, its adapter does not enter the run id.
-    assert "glance_adapter" not in ProtocolConfig(combinations=("A",), glance_adapter="x").identity_dict()
+    assert "glance_adapter" not in ProtocolConfig(combinations=("A",), options={"G": {"adapter": "x"}}).identity_dict()
 
 
 @pytest.mark.slow  # B's LLM and G's table on the embedded model, 15 s episodes (~1 min on 2 cores)
@@ -47,7 +49,7 @@ def test_a_zero_glance_adapter_plays_b_episode_for_episode(tmp_path):
         num_periods=3,
         n_boot=200,
         llm_path="graph",
-        glance_adapter=str(adapter),
+        options={"G": {"adapter": str(adapter)}},
     )
     summary = evaluate(config, tmp_path / "results", "g", progress=False, figures=False, cache_path=None)
     run = tmp_path / "results" / "g"
@@ -61,7 +63,7 @@ def test_a_zero_glance_adapter_plays_b_episode_for_episode(tmp_path):
     other = save_adapter(tmp_path / "table10", zero, lora, base_sha256=loaded.sha256, card={"method": "test"})
     with pytest.raises(Exception, match="glance prompt"):
         evaluate(
-            ProtocolConfig(**{**config.__dict__, "glance_adapter": str(other), "combinations": ("G",)}),
+            dataclasses.replace(config, combinations=("G",), options={"G": {"adapter": str(other)}}),
             tmp_path / "results",
             "g2",
             progress=False,

@@ -18,7 +18,7 @@ import pytest
 from jaxarena.names import NPC_WIN, NUM_TAGS
 from jaxarena.protocol import ProtocolConfig, evaluate, stats
 from jaxarena.protocol.cli import build_parser, config_from_args, default_run_id
-from jaxarena.protocol.combinations.b import llm_run, prompt_limits
+from jaxarena.protocol.combinations.b import BOptions, llm_run, prompt_limits
 from jaxarena.protocol.runner import ProtocolRunner
 
 K = 2
@@ -28,8 +28,8 @@ CONFIG = ProtocolConfig(
     combinations=("A", "B", "F", "O"),
     num_periods=2,
     oracle_rollouts=K,
-    price_decisions=True,
     n_boot=500,
+    options={"B": BOptions(price_decisions=True)},
     llm_path="host",
 )
 
@@ -153,7 +153,7 @@ def test_best_fixed_tag_and_headroom_follow_the_episodes(runs):
 
 @pytest.mark.slow
 def test_stored_oracle_cells_are_refused_under_another_k(runs):
-    other = dataclasses.replace(CONFIG, combinations=("A", "O"), oracle_rollouts=3, price_decisions=False)
+    other = dataclasses.replace(CONFIG, combinations=("A", "O"), oracle_rollouts=3, options={})
     runner = ProtocolRunner(other, runs["out"] / "r1", progress=False)
     assert runner.load_cell("A", "balanced") is not None  # K does not concern A
     with pytest.raises(RuntimeError, match="different configuration"):
@@ -216,7 +216,9 @@ def test_default_run_id_and_fingerprints_of_a_and_b_are_unchanged(tmp_path):
     assert set(llm) == {"backend", "model", "options", "decode"}
     # What does change results enters the fingerprints.
     other = ProtocolRunner(
-        ProtocolConfig(scenario="cleave", price_decisions=True, oracle_rollouts=4), tmp_path, progress=False
+        ProtocolConfig(scenario="cleave", oracle_rollouts=4, options={"B": BOptions(price_decisions=True)}),
+        tmp_path,
+        progress=False,
     )
     assert other.fingerprint("A")["scenario"] == "cleave"
     assert other.fingerprint("B")["pricing"] == {"rollouts": 4}
@@ -229,9 +231,11 @@ def test_cli_parses_combinations_and_the_oracle_options():
     config = config_from_args(
         parser.parse_args(["--combinations", "A", "b", "F,O", "--oracle-rollouts", "4", "--price-decisions"])
     )
-    assert config.combinations == ("A", "B", "F", "O") and config.oracle_rollouts == 4 and config.price_decisions
+    assert config.combinations == ("A", "B", "F", "O") and config.oracle_rollouts == 4
+    assert config.options_of("B").price_decisions
     default = config_from_args(parser.parse_args([]))
-    assert default.combinations == ("A", "B") and default.scenario == "paper" and not default.price_decisions
+    assert default.combinations == ("A", "B") and default.scenario == "paper"
+    assert not default.options_of("B").price_decisions
     assert config_from_args(parser.parse_args(["--scenario", "headroom"])).scenario == "headroom"
     with pytest.raises(ValueError, match="choose from"):
         config_from_args(parser.parse_args(["--combinations", "A", "X"]))

@@ -23,11 +23,10 @@ from jaxarena.llm.history import OPPONENT_CLASSES
 from jaxarena.names import BOT_TYPES, NUM_TAGS
 from jaxarena.protocol import ProtocolConfig, evaluate
 from jaxarena.protocol.cli import build_parser, config_from_args, default_run_id
-from jaxarena.protocol.combinations.c import selector_cells
-from jaxarena.protocol.config import C_ABLATIONS
+from jaxarena.protocol.combinations.c import C_ABLATIONS, COptions, played_labels, selector_cells
+from jaxarena.protocol.combinations.c.cells import selector_checksum, selector_directory
+from jaxarena.protocol.combinations.c.summary import bias, deduction_accuracy, entropy_bits, tag_distribution, versus_b
 from jaxarena.protocol.runner import ProtocolRunner
-from jaxarena.protocol.selector_cells import selector_checksum, selector_directory
-from jaxarena.protocol.selector_summary import bias, deduction_accuracy, entropy_bits, tag_distribution, versus_b
 
 LABELS = ["C", *(f"C-{a}" for a in C_ABLATIONS)]
 SHIPPED = {"selector": "C", "selector_nodeduction": "C-nodeduction", "selector_scripted": "C-scripted"}
@@ -40,7 +39,7 @@ TRAINING = {
 
 @pytest.fixture(scope="module")
 def selectors(tmp_path_factory):
-    """ProtocolConfig fields naming C's three selectors: the shipped ones, else tiny ones trained here."""
+    """The `COptions` fields naming C's three selectors: the shipped ones, else tiny ones trained here."""
     from jaxarena.selector.train import shipped_selectors
 
     if all(name in shipped_selectors() for name in SHIPPED.values()):
@@ -58,7 +57,7 @@ def selectors(tmp_path_factory):
     return out
 
 
-def _config(selectors, **overrides) -> ProtocolConfig:
+def _config(selectors, c_options: dict | None = None, **overrides) -> ProtocolConfig:
     base = dict(
         episodes=3,
         seed=5,
@@ -66,9 +65,14 @@ def _config(selectors, **overrides) -> ProtocolConfig:
         num_periods=3,
         n_boot=300,
         llm_path="host",  # the graph path would compile the LLM into B's program: minutes for nothing here
-        **selectors,
+        options={"C": COptions(**selectors, **(c_options or {}))},
     )
     return ProtocolConfig(**(base | overrides))
+
+
+def _with_c(config: ProtocolConfig, **changes) -> ProtocolConfig:
+    """`config` with C's options changed."""
+    return dataclasses.replace(config, options={"C": dataclasses.replace(config.options_of("C"), **changes)})
 
 
 class SimulatedKill(Exception):
@@ -139,7 +143,7 @@ def test_fingerprints_name_the_selector_the_table_and_the_chooser(run, selectors
 
 @pytest.mark.slow
 def test_stored_c_cells_are_refused_under_another_selector(run, selectors):
-    other = dataclasses.replace(run["config"], selector=selectors["selector_scripted"])
+    other = _with_c(run["config"], selector=selectors["selector_scripted"])
     runner = ProtocolRunner(other, run["dir"], progress=False)
     with pytest.raises(RuntimeError, match="different configuration"):
         runner.load_cell("C", "balanced")
@@ -147,7 +151,7 @@ def test_stored_c_cells_are_refused_under_another_selector(run, selectors):
     assert runner.load_cell("C-llm", "balanced") is not None
     assert runner.load_cell("B", "balanced") is not None
     wrong = ProtocolRunner(
-        dataclasses.replace(run["config"], selector_nodeduction=selectors["selector"]), run["dir"], progress=False
+        _with_c(run["config"], selector_nodeduction=selectors["selector"]), run["dir"], progress=False
     )
     with pytest.raises(ValueError, match="deduction"):
         wrong.fingerprint("C-nodeduction")
@@ -277,12 +281,11 @@ def test_price_c_prices_every_c_decision(selectors, tmp_path):
     k = 2
     config = _config(
         selectors,
+        {"ablations": (), "price": True},
         combinations=("C",),
-        c_ablations=(),
         bots=("balanced",),
         episodes=2,
         num_periods=2,
-        price_c=True,
         oracle_rollouts=k,
     )
     s = evaluate(config, tmp_path, "priced", progress=False, figures=False, cache_path=None)
@@ -308,33 +311,39 @@ def test_config_expands_c_into_its_ablations():
     config = ProtocolConfig(combinations=("A", "C", "O"), bots=("evasive",))
     assert config.labels() == ["A", *LABELS, "O"]
     assert config.cells() == [(label, "evasive") for label in ["A", *LABELS, "O"]]
-    none = ProtocolConfig(combinations=("C",), c_ablations=())
-    assert none.labels() == ["C"] and ProtocolConfig().c_labels() == []
+    none = ProtocolConfig(combinations=("C",), options={"C": COptions(ablations=())})
+    assert none.labels() == ["C"] and played_labels(none) == ["C"] and played_labels(ProtocolConfig()) == []
     with pytest.raises(ValueError, match="choose from"):
-        ProtocolConfig(combinations=("C",), c_ablations=("N2",))
+        ProtocolConfig(combinations=("C",), options={"C": {"ablations": ("N2",)}})
     with pytest.raises(ValueError, match="add C"):
-        ProtocolConfig(combinations=("A", "B"), price_c=True)
-    with pytest.raises(ValueError, match="squad"):
-        ProtocolConfig(combinations=("C",)).policy_for("C-llm")
+        ProtocolConfig(combinations=("A", "B"), options={"C": COptions(price=True)})
+    with pytest.raises(ValueError, match="COptions"):
+        ProtocolConfig(combinations=("C",), options={"C": ("N1",)})
+    # Stored as data (summary.json's config), the options read back as they were.
+    config = ProtocolConfig(combinations=("B", "C"), options={"C": COptions(ablations=("llm",))})
+    assert ProtocolConfig(**json.loads(json.dumps(config.as_dict()))).options == config.options
 
 
 def test_c_options_leave_run_ids_without_c_unchanged():
     assert default_run_id(ProtocolConfig()) == "embedded-n100-seed0-b687561c"
-    assert default_run_id(ProtocolConfig(selector="elsewhere")) == "embedded-n100-seed0-b687561c"
+    assert default_run_id(ProtocolConfig(options={"C": {"selector": "elsewhere"}})) == "embedded-n100-seed0-b687561c"
     with_c = ProtocolConfig(combinations=("A", "B", "C"))
-    assert default_run_id(with_c) != default_run_id(dataclasses.replace(with_c, selector="elsewhere"))
-    assert default_run_id(with_c) != default_run_id(dataclasses.replace(with_c, c_ablations=("N1",)))
+    # The id a run with C had before C's settings were its options: its stored run is found again.
+    assert default_run_id(with_c) == "embedded-n100-seed0-b199f991"
+    assert default_run_id(with_c) != default_run_id(_with_c(with_c, selector="elsewhere"))
+    assert default_run_id(with_c) != default_run_id(_with_c(with_c, ablations=("N1",)))
 
 
 def test_cli_parses_the_c_options():
     parser = build_parser()
     config = config_from_args(parser.parse_args(["--combinations", "A", "B", "c"]))
-    assert config.combinations == ("A", "B", "C") and config.c_ablations == C_ABLATIONS
-    assert config.selector == "C" and not config.price_c
+    assert config.combinations == ("A", "B", "C") and config.options_of("C") == COptions()
+    assert config.options_of("C").ablations == C_ABLATIONS and config.options_of("C").selector == "C"
     args = ["--combinations", "C", "--c-ablations", "n1,llm", "--selector", "runs/c", "--price-c"]
     config = config_from_args(parser.parse_args(args))
-    assert config.c_ablations == ("N1", "llm") and config.selector == "runs/c" and config.price_c
-    assert config_from_args(parser.parse_args(["--combinations", "C", "--c-ablations", "none"])).c_ablations == ()
+    assert config.options_of("C") == COptions(selector="runs/c", ablations=("N1", "llm"), price=True)
+    none = config_from_args(parser.parse_args(["--combinations", "C", "--c-ablations", "none"]))
+    assert none.options_of("C").ablations == ()
     with pytest.raises(ValueError, match="unknown C ablation"):
         config_from_args(parser.parse_args(["--combinations", "C", "--c-ablations", "N1,oracle"]))
 

@@ -49,7 +49,7 @@ def zero_run(tmp_path_factory):
         num_periods=3,
         n_boot=200,
         llm_path="graph",
-        tuned_adapter=str(adapter),
+        options={"L": {"adapter": str(adapter)}},
     )
     summary = evaluate(config, root / "results", "l", progress=False, figures=False, cache_path=None)
     return {"summary": summary, "dir": root / "results" / "l", "root": root}
@@ -59,11 +59,11 @@ def test_the_registry_and_the_command_line_know_l():
     assert "L" in names() and get("L").name == "L"
     args = build_parser().parse_args(["--combinations", "B", "l", "--tuned-adapter", "x"])
     config = config_from_args(args)
-    assert config.combinations == ("B", "L") and config.tuned_adapter == "x" and config.adapter is None
+    assert config.combinations == ("B", "L") and config.options_of("L").adapter == "x" and config.adapter is None
     with pytest.raises(ValueError, match="--tuned-adapter"):
         ProtocolConfig(combinations=("L",))
     # Without L, its adapter does not enter the run id.
-    assert "tuned_adapter" not in ProtocolConfig(combinations=("A",), tuned_adapter="x").identity_dict()
+    assert "tuned_adapter" not in ProtocolConfig(combinations=("A",), options={"L": {"adapter": "x"}}).identity_dict()
 
 
 @pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop

@@ -154,12 +154,16 @@ def test_resume_loads_the_w_cells_and_refuses_another_baseline_source(run):
         runner.load_cell("W", "balanced")
 
 
-def test_w_is_opt_in_and_named_on_the_command_line():
+def test_w_is_opt_in_and_named_on_the_command_line(tmp_path):
     parser = build_parser()
     assert config_from_args(parser.parse_args([])).combinations == ("A", "B")
     assert config_from_args(parser.parse_args(["--combinations", "A", "w"])).combinations == ("A", "W")
-    with pytest.raises(ValueError, match="several squads"):
-        CONFIG.policy_for("W")
+    with pytest.raises(ValueError, match=f"W plays {len(SQUADS)} squads"):
+        ProtocolRunner(CONFIG, tmp_path, progress=False).policy("W")
+    # W's squads hold A's tag, whether A plays or not: --tag-a reaches W's cells.
+    config = config_from_args(parser.parse_args(["--combinations", "W", "--tag-a", "2"]))
+    assert config.options_of("A").tag == 2
+    assert ProtocolRunner(config, tmp_path, progress=False).fingerprint("W")["tag"] == 2
     policy, params, checksum, source = resolve_policy("coder:kite")
     assert params is None and source == "coder/baselines/kite.py" and checksum.startswith("sha256:")
     with pytest.raises(ValueError, match="choose from"):

@@ -31,7 +31,8 @@ import numpy as np
 from jaxarena.llm.history import OPPONENT_CLASSES
 from jaxarena.names import NPC_WIN
 
-from . import stats
+from ... import stats
+from .options import played_labels
 
 #: The style of each opponent class: the balanced bot's two modes are one style.
 CLASS_STYLE = tuple(name.split("_")[0] for name in OPPONENT_CLASSES)
@@ -129,7 +130,7 @@ def _outcomes(row: dict) -> dict:
 def selector_summary(by: dict, descriptive: dict, config, variants: dict | None = None) -> dict:
     """The `selector` section of summary.json. `by`: label -> bot -> cell; `descriptive`: the
     summary's Tables 6-7 rows by label; `variants`: each C label's identity (`SelectorCells.identity`)."""
-    labels = config.c_labels()
+    labels = played_labels(config)
     n_boot, seed = config.n_boot, config.seed
     by_bot: dict = {}
     for bot in config.bots:

@@ -7,11 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-import jaxarena
-from jaxarena.llm.deduction import TOWARD, approach_bin
-from jaxarena.llm.history import APPROACH, HISTORY_LEN, NUM_POINT_FEATURES, DecisionHistory, push
-from jaxarena.llm.tuning.look_first import (
+from look_first import (
     AGGRESSIVE,
     RETREAT,
     initial_carry,
@@ -19,6 +15,10 @@ from jaxarena.llm.tuning.look_first import (
     look_first_source,
     markdown,
 )
+
+import jaxarena
+from jaxarena.llm.deduction import TOWARD, approach_bin
+from jaxarena.llm.history import APPROACH, HISTORY_LEN, NUM_POINT_FEATURES, DecisionHistory, push
 from jaxarena.runner import make_runner
 
 PERIOD_S, WINDOW_S = 0.2, 1.0

@@ -30,20 +30,29 @@ confirms it against all of them together.
 
 This is the regret of the whole table against its neighbours (every decision
 in the changed cell changes), not a per-decision price.
+
+    python studies/glance_regret.py --tables smollm2-raid-glance --seed 5 --out runs/glance-regret
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 import numpy as np
 
+from jaxarena.cli_errors import UserError, cli_main
+from jaxarena.llm.glance import (
+    AGGRESSIVE,
+    GLANCE_PERIOD_S,
+    NUM_GLANCE_CELLS,
+    glance_prompt,
+    glance_source,
+    initial_carry,
+)
+from jaxarena.llm.tuning.glance_report import check_tables, initials, parse_table, played_on
+from jaxarena.llm.tuning.paired_play import run_study, squad_runner, study_parser, write_result
 from jaxarena.names import NPC_WIN, NUM_TAGS, TAG_NAMES
-
-from ..glance import AGGRESSIVE, GLANCE_PERIOD_S, NUM_GLANCE_CELLS, glance_prompt, glance_source, initial_carry
-from .glance_play import initials, parse_table
-from .glance_report import played_on
-from .history_bound import squad_runner, write_result
 
 STOCK = "always Aggressive"
 
@@ -247,3 +256,32 @@ def run_glance_regret(*, out: str, tables, **kwargs) -> dict:
     result = measure(tables, **kwargs)
     write_result(out, "glance_regret", result, markdown)
     return result
+
+
+def parser():
+    p = study_parser("glance_regret.py", __doc__, "glance_regret", episodes=1000)
+    p.add_argument(
+        "--tables", nargs="*", default=[], help="tables: 18 tag initials (e.g. AAAAAAAAAAAAAARFAF) or adapter names"
+    )
+    p.add_argument(
+        "--confirm-seed", type=int, help="the protocol's seed of the confirming episodes (default: --seed + 1)"
+    )
+    return p
+
+
+@cli_main("glance_regret.py")
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    confirm = args.seed + 1 if args.confirm_seed is None else args.confirm_seed
+    if confirm == args.seed:
+        raise UserError(
+            f"--confirm-seed must differ from --seed (both {confirm}): the best change is confirmed on other keys"
+        )
+    check_tables(args.tables)
+    return run_study(
+        "glance_regret.py", args, run_glance_regret, markdown, "glance_regret", tables=args.tables, confirm_seed=confirm
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,6 +1,6 @@
 """Combination C and its ablations in the protocol: their selectors, tag sources, programs and records.
 
-Every cell of the C family is played like B's (`protocol.combinations.c`):
+Every cell of the C family is played like B's (this package's `__init__`):
 the selector's squad policy (its `SelectorConfig.squad`, the tag-following B)
 on the run's scenario and paired keys, one vmapped batch under one jitted
 `jaxarena.runner.make_runner` program, compiled once per label and reused for
@@ -48,9 +48,9 @@ SELECTOR_FILES = ("config.json", "selector.msgpack")
 class Variant:
     """One cell label of the C family.
 
-    selector_field: the `ProtocolConfig` field naming the selector whose
-      squad, table and inputs the cell uses; its network plays when the
-      chooser is "selector".
+    selector_field: the `COptions` field naming the selector whose squad,
+      table and inputs the cell uses; its network plays when the chooser is
+      "selector" (its flag is the field's name, dashed).
     num_candidates: overrides the selector's (1 for the no-diversity ablation).
     requires: (field of `SelectorConfig`, value, what to train instead) that
       the named selector must satisfy, so an ablation cannot silently play the
@@ -154,12 +154,14 @@ class SelectorCells:
     """Combination C's cells for one protocol run (selectors and tables loaded once per session).
 
     Args:
-      config: the run's `ProtocolConfig`.
+      options: the run's `COptions` (its selectors, ablations and pricing).
+      oracle_rollouts: the oracle's playouts per tag, where C's decisions are priced.
       session: the runner's session timings (selector and table loading add to `policy_load_s`).
     """
 
-    def __init__(self, config, session: dict[str, float]):
-        self.config = config
+    def __init__(self, options, oracle_rollouts: int, session: dict[str, float]):
+        self.options = options
+        self.oracle_rollouts = oracle_rollouts
         self.session = session
         self._selectors: dict[str, LoadedSelector] = {}
         self._tables: dict[str, tuple[Any, dict]] = {}
@@ -168,7 +170,7 @@ class SelectorCells:
     def selector(self, label: str) -> LoadedSelector:
         """The selector a label takes its squad, table and inputs from (checked against the ablation)."""
         v = variant(label)
-        spec = getattr(self.config, v.selector_field)
+        spec = getattr(self.options, v.selector_field)
         if spec not in self._selectors:
             from jaxarena.selector.train import load_selector
 
@@ -215,7 +217,7 @@ class SelectorCells:
         return inputs
 
     def priced(self, label: str) -> bool:
-        return label == "C" and self.config.price_c
+        return label == "C" and self.options.price
 
     # -- identity --
     def fingerprint(self, label: str) -> dict:
@@ -229,7 +231,7 @@ class SelectorCells:
         if v.chooser == "selector":
             fp["selector"] = self.selector(label).checksum
         if self.priced(label):
-            fp["pricing"] = {"rollouts": self.config.oracle_rollouts}
+            fp["pricing"] = {"rollouts": self.oracle_rollouts}
         return fp
 
     def identity(self, label: str) -> dict:

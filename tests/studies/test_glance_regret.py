@@ -3,10 +3,7 @@
 import chex
 import numpy as np
 import pytest
-
-from jaxarena.llm.glance import AGGRESSIVE, GLANCE_PERIOD_S, NUM_GLANCE_CELLS, glance_source, initial_carry
-from jaxarena.llm.tuning.glance_play import initials
-from jaxarena.llm.tuning.glance_regret import (
+from glance_regret import (
     STOCK,
     _change_cell,
     markdown,
@@ -16,8 +13,10 @@ from jaxarena.llm.tuning.glance_regret import (
     table_regret,
     visited_cells,
 )
-from jaxarena.llm.tuning.glance_report import play_tables
-from jaxarena.llm.tuning.history_bound import squad_runner
+
+from jaxarena.llm.glance import AGGRESSIVE, GLANCE_PERIOD_S, NUM_GLANCE_CELLS, glance_source, initial_carry
+from jaxarena.llm.tuning.glance_report import initials, play_tables
+from jaxarena.llm.tuning.paired_play import squad_runner
 from jaxarena.names import BOT_WIN, NPC_WIN, NUM_TAGS, TAG_NAMES
 
 

@@ -3,7 +3,7 @@
 Table 10's prompt holds five numbers taken at one instant. A richer prompt
 could add what a player sees between two decision points: how far the
 nearest NPC is and whether the bot closed in, held or ran since the point
-before (`history.DecisionHistory`, the deduction prompt's features). Before an
+before (`jaxarena.llm.history.DecisionHistory`, the deduction prompt's features). Before an
 LLM is taught to read such a prompt, this asks whether reading it can win.
 
 A *history table* maps each decision's cell to a tag. The cells are the first
@@ -22,23 +22,21 @@ the bot's approach bin (`deduction`'s bins): 10 cells, so 4^10 tables.
 
 Pure JAX inside the rollout; the search itself is a host loop over tables,
 each table a traced argument of one compiled rollout.
+
+    python studies/history_bound.py --scenario raid --policy B-obey-raid --out runs/raid-history-bound
 """
 
 from __future__ import annotations
 
-import json
+import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxarena.files import write_atomic
-from jaxarena.names import BOT_TYPES, NPC_WIN, NUM_TAGS, TAG_NAMES
-from jaxarena.tag_sources import TagSource
-
-from ..deduction import (
+from jaxarena.cli_errors import cli_main
+from jaxarena.llm.deduction import (
     APPROACH_WORDS,
     DISTANCE_EDGES,
     NUM_APPROACH_BINS,
@@ -46,7 +44,17 @@ from ..deduction import (
     approach_bin,
     distance_bin,
 )
-from ..history import APPROACH, NEAREST, DecisionHistory, blank_histories, push
+from jaxarena.llm.history import APPROACH, NEAREST, DecisionHistory, blank_histories, push
+from jaxarena.llm.tuning.paired_play import (
+    run_study,
+    squad_runner,
+    study_parser,
+    versus_always_aggressive,
+    win_cell,
+    write_result,
+)
+from jaxarena.names import BOT_TYPES, NPC_WIN, NUM_TAGS, TAG_NAMES
+from jaxarena.tag_sources import TagSource
 
 #: The first decision's cell: no movement has been seen yet.
 FIRST = NUM_DISTANCE_BINS * NUM_APPROACH_BINS
@@ -91,41 +99,6 @@ def initial_carry(table: Sequence[int], num_episodes: int):
     if table.shape != (NUM_CELLS,) or table.min() < 0 or table.max() >= NUM_TAGS:
         raise ValueError(f"a history table has {NUM_CELLS} tags in 0..{NUM_TAGS - 1}, got {table.tolist()}")
     return jnp.asarray(table), blank_histories(num_episodes)
-
-
-def squad_setup(scenario: str, policy_spec: str, bots: Sequence[str], **overrides):
-    """(env, {bot: EnvParams}, policy, policy_params): the squad's pieces on `scenario`, one compiled rollout for all.
-
-    `overrides` replace env params for every bot (e.g. `decision_period_s`).
-    """
-    import jaxarena
-    from jaxarena.algorithms.checkpoint import load_policy
-    from jaxarena.protocol.policies import policy_env_id
-
-    policy, policy_params = load_policy(policy_spec)
-    env_id = policy_env_id(policy)
-    bot_params = {bot: jaxarena.make(env_id, bot=bot, scenario=scenario)[1].replace(**overrides) for bot in bots}
-    env = jaxarena.make(env_id, bot=bots[0], scenario=scenario)[0]
-    return env, bot_params, policy, policy_params
-
-
-def squad_runner(
-    scenario: str, policy_spec: str, episodes: int, bots: Sequence[str], source: TagSource, **overrides
-) -> Callable:
-    """`run(bot, seed, tag_state) -> RolloutResult`: the squad under `source` on the protocol's keys of `seed`.
-
-    `overrides` replace env params for every bot (e.g. `decision_period_s`); one compiled rollout serves all.
-    """
-    from jaxarena.protocol.config import cell_key_data
-    from jaxarena.runner import make_runner
-
-    env, bot_params, policy, policy_params = squad_setup(scenario, policy_spec, bots, **overrides)
-    rollout = make_runner(env, bot_params[bots[0]], policy, source, episodes)
-
-    def run(bot: str, seed: int, tag_state):
-        return rollout(policy_params, bot_params[bot], jnp.asarray(cell_key_data(seed, bot)), tag_state=tag_state)
-
-    return run
 
 
 def make_player(scenario: str, policy_spec: str, episodes: int, bots: Sequence[str] = BOT_TYPES):
@@ -191,40 +164,6 @@ def held_out_report(play, table: Sequence[int], *, seed: int, n_boot: int = 10_0
     return report
 
 
-def write_result(out: str | Path, name: str, result: dict, markdown) -> Path:
-    """OUT/NAME.json and OUT/NAME.md (`markdown(result)`), written atomically; OUT is made if missing."""
-    path = Path(out)
-    path.mkdir(parents=True, exist_ok=True)
-    write_atomic(path / f"{name}.json", json.dumps(result, indent=2))
-    write_atomic(path / f"{name}.md", markdown(result))
-    return path
-
-
-def _rounded(values) -> list[float]:
-    return [round(float(v), 6) for v in values]
-
-
-def versus_always_aggressive(wins: np.ndarray, always_aggressive: np.ndarray, *, n_boot: int, seed: int) -> dict:
-    """A reader's win % with its bootstrap CI, and its paired difference from always Aggressive (pp, CI).
-
-    `wins` and `always_aggressive` are (episodes,) 0/1 on the same keys, episode for episode.
-    """
-    from jaxarena.protocol.stats import bootstrap_rate_ci, paired_bootstrap_diff
-
-    diff = paired_bootstrap_diff(wins, always_aggressive, n_boot=n_boot, seed=seed)
-    return {
-        "win_pct": round(100 * float(wins.mean()), 6),  # so 1,000 episodes record 10.1, not 10.100000000000001
-        "win_ci": _rounded(bootstrap_rate_ci(wins.astype(np.int64), 1, n_boot=n_boot, seed=seed)),  # code 1: a win
-        "minus_always_aggressive": _rounded(100 * x for x in diff),
-    }
-
-
-def win_cell(row: dict) -> str:
-    """A markdown cell: "88% (+46.0 [+34.0, +58.0])", the win % and the paired difference from always Aggressive."""
-    d = row["minus_always_aggressive"]
-    return f"{row['win_pct']:.0f}% ({d[0]:+.1f} [{d[1]:+.1f}, {d[2]:+.1f}])"
-
-
 def markdown(result: dict) -> str:
     names = cell_names()
     table = result["table"]
@@ -275,3 +214,30 @@ def run_history_bound(
     }
     write_result(out, "history_bound", result, markdown)
     return result
+
+
+def parser():
+    p = study_parser("history_bound.py", __doc__, "history_bound", held_out=True)
+    p.add_argument(
+        "--search-episodes", type=int, default=200, help="training episodes per bot of the search (seed + 1's keys)"
+    )
+    return p
+
+
+@cli_main("history_bound.py")
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    counts = ("episodes", "search_episodes")
+    return run_study(
+        "history_bound.py",
+        args,
+        run_history_bound,
+        markdown,
+        "history_bound",
+        counts,
+        search_episodes=args.search_episodes,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

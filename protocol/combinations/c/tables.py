@@ -1,7 +1,7 @@
 """report.md's Combination C section: C and its ablations against B, as markdown.
 
 `selector_tables(section)` renders the `selector` section of a run's summary
-(`protocol.selector_summary`) and `print_selector` its console lines; nothing
+(`summary`) and `print_selector` its console lines; nothing
 here computes a statistic.
 """
 
@@ -11,7 +11,7 @@ import math
 
 from jaxarena.names import BOT_TYPES, TAG_NAMES
 
-from .tables import format_p
+from ...tables import format_p
 
 
 def _row(*cells) -> str:

@@ -7,10 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-import jaxarena
-from jaxarena.llm.history import APPROACH, HISTORY_LEN, NEAREST, NUM_POINT_FEATURES, DecisionHistory, push
-from jaxarena.llm.tuning.history_bound import (
+from history_bound import (
     AGGRESSIVE,
     FIRST,
     NUM_CELLS,
@@ -22,6 +19,9 @@ from jaxarena.llm.tuning.history_bound import (
     search,
     table_source,
 )
+
+import jaxarena
+from jaxarena.llm.history import APPROACH, HISTORY_LEN, NEAREST, NUM_POINT_FEATURES, DecisionHistory, push
 from jaxarena.names import TAG_NAMES
 from jaxarena.runner import make_runner
 
@@ -143,24 +143,21 @@ def test_the_held_out_report_gives_paired_differences_from_always_aggressive_and
 
 
 def test_the_command_refuses_an_empty_episode_count_in_one_line(tmp_path, capsys):
-    from jaxarena.llm.tuning.cli import main
+    from history_bound import main
 
     for flag in ("--episodes", "--search-episodes"):
-        assert main(["history-bound", flag, "0", "--out", str(tmp_path)]) == 2
+        assert main([flag, "0", "--out", str(tmp_path)]) == 2
         err = capsys.readouterr().err.strip()
-        assert err == f"jaxarena-tune-llm: error: {flag} must be at least 1, got 0"
+        assert err == f"history_bound.py: error: {flag} must be at least 1, got 0"
     assert not any(tmp_path.iterdir())
 
 
-def test_an_interrupted_command_says_whether_it_resumes_without_a_traceback(tmp_path, capsys, monkeypatch):
-    from jaxarena.llm.tuning import cli
+def test_an_interrupted_study_says_so_without_a_traceback_or_a_resume_hint(tmp_path, capsys, monkeypatch):
+    import history_bound
 
-    def interrupted(args):
+    def interrupted(**kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "_history_bound", interrupted)  # plays tag tables: nothing to resume
-    assert cli.main(["history-bound", "--out", str(tmp_path)]) == 130
-    assert capsys.readouterr().err == "jaxarena-tune-llm: interrupted\n"
-    monkeypatch.setattr(cli, "_data", interrupted)  # the dataset is written as it goes
-    assert cli.main(["data", "--out", str(tmp_path)]) == 130
-    assert capsys.readouterr().err == "jaxarena-tune-llm: interrupted; run the same command again to resume\n"
+    monkeypatch.setattr(history_bound, "run_history_bound", interrupted)  # writes only at the end: nothing to resume
+    assert history_bound.main(["--out", str(tmp_path)]) == 130
+    assert capsys.readouterr().err == "history_bound.py: interrupted\n"

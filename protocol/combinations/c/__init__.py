@@ -1,31 +1,29 @@
 """Combination C: the RL selector choosing among the LLM's candidate tags, and its ablations.
 
-Each label ("C", "C-N1", ...; `protocol.selector_cells.VARIANTS`) is a cell
-of its own per bot, played by its selector's squad policy with the selector
-(or an ablation's chooser) as the tag source, inside the rollout. What each
-label plays, its fingerprint and its decision records are
-`protocol.selector_cells`'; its numbers, report section and figures are
-`selector_summary`, `selector_tables` and `selector_figures`'.
+Each label ("C", "C-N1", ...; `cells.VARIANTS`) is a cell of its own per bot,
+played by its selector's squad policy with the selector (or an ablation's
+chooser) as the tag source, inside the rollout. Its options (`COptions`, in
+`options` with the labels they give) name the selectors and the ablations to
+play. What each label plays, its fingerprint and its decision records are
+`cells`'; its numbers, report section and figures are `summary`, `tables` and
+`figures`'.
 """
 
 from __future__ import annotations
 
-from ..combination import Combination, Played, ReportSection
-from ..config import C_ABLATIONS
-from ..playing import arena, compile_rollout, episodes, period_s, timed_call
-from ..pricing import price_cell
-from ..selector_cells import SelectorCells, records
-from ..selector_figures import selector_figures
-from ..selector_tables import print_selector, selector_tables
+from ...combination import Combination, Played, ReportSection
+from ...playing import arena, compile_rollout, episodes, period_s, timed_call
+from ...pricing import price_cell
+from .cells import SelectorCells, records
+from .figures import selector_figures
+from .options import C_ABLATIONS, COptions, labels, played_labels
+from .tables import print_selector, selector_tables
 
 
 def selector_cells(context) -> SelectorCells:
     """The run's selectors, tables and variants (loaded once per run)."""
-    return context.shared("C.selectors", lambda: SelectorCells(context.config, context.session))
-
-
-def _labels(config) -> list[str]:
-    return ["C", *(f"C-{a}" for a in config.c_ablations)]
+    c = context.config
+    return context.shared("C.selectors", lambda: SelectorCells(c.options_of("C"), c.oracle_rollouts, context.session))
 
 
 def _play(context, label: str, bot: str, key, progress) -> Played:
@@ -50,22 +48,32 @@ def _play(context, label: str, bot: str, key, progress) -> Played:
 
 
 def _check(config) -> None:
-    for a in config.c_ablations:
-        if a not in C_ABLATIONS:
-            raise ValueError(f"unknown C ablation {a!r}; choose from {', '.join(C_ABLATIONS)}")
-    if len(set(config.c_ablations)) != len(config.c_ablations):
-        raise ValueError(f"C ablations repeat: {config.c_ablations}")
-    if config.price_c and "C" not in config.combinations:
-        raise ValueError("price_c prices Combination C's decisions: add C to the combinations")
+    if config.options_of("C").price and "C" not in config.combinations:
+        raise ValueError("C's price option (--price-c) prices Combination C's decisions: add C to the combinations")
+
+
+def _identity(config) -> dict:
+    # Only where C plays, under the flat names these had before options were grouped (pricing only
+    # where on): an older command keeps its run id.
+    if "C" not in config.combinations:
+        return {}
+    options = config.options_of("C")
+    return {
+        "selector": options.selector,
+        "selector_nodeduction": options.selector_nodeduction,
+        "selector_scripted": options.selector_scripted,
+        "c_ablations": list(options.ablations),
+        **({"price_c": True} if options.price else {}),
+    }
 
 
 def _meta(context, config) -> dict:
-    labels = config.c_labels()
+    labels = played_labels(config)
     return {"selectors": {label: selector_cells(context).identity(label) for label in labels}} if labels else {}
 
 
 def _summarize(results) -> dict:
-    from ..selector_summary import selector_summary  # jax and scipy: loaded when a summary is made
+    from .summary import selector_summary  # jax and scipy: loaded when a summary is made
 
     return selector_summary(results.by, results.descriptive, results.config, results.meta.get("selectors"))
 
@@ -87,9 +95,12 @@ COMBINATION = Combination(
     squads=lambda context, label: {label: selector_cells(context).squad_spec(label)},
     play=_play,
     fingerprint=lambda context, label: selector_cells(context).fingerprint(label),
-    labels=_labels,
+    labels=labels,
     check=_check,
     meta=_meta,
-    identity_fields=("selector", "selector_nodeduction", "selector_scripted", "c_ablations"),
+    options=COptions,
+    identity=_identity,
     sections=(SELECTOR,),
 )
+
+__all__ = ["C_ABLATIONS", "COMBINATION", "COptions", "played_labels", "selector_cells"]

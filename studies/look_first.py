@@ -4,15 +4,15 @@ On `raid` the squad under the stock LLM (always Aggressive) wins 42% against the
 aggressive bot, and retreating at the first decision wins about 20 points more,
 but the same first Retreat loses about 35 against the evasive bot: at the paper's
 5 s period the first decision comes before either bot has moved, and it holds for
-five seconds. At that cadence `history_bound` found no reader of the prompt or
-of the bot's movement that gets round this.
+five seconds. At that cadence the history-bound study (`history_bound.py`) found
+no reader of the prompt or of the bot's movement that gets round this.
 
 At a shorter period the bot shows itself before the choice costs much: 0.2 s
 after spawn the aggressive bot has moved toward the squad and the evasive one
 away. The *look-first reader* decides every `decision_period_s` and, for the
 first `window_s` seconds of an episode, answers Retreat wherever the bot moved
 toward the squad since the previous decision (approach >= 0.2 of its reach,
-`deduction.approach_bin`); otherwise, and after the window, Aggressive. A
+`jaxarena.llm.deduction.approach_bin`); otherwise, and after the window, Aggressive. A
 decision is in the window when its tick comes before the window's end. It reads
 the clock and the bot's movement, which Table 10's prompt does not hold, so it
 is a bound on what a chooser with a richer prompt and a faster period could win,
@@ -21,23 +21,34 @@ not a result of the LLM.
 `look_first_report` plays it beside always-Aggressive on the protocol's paired
 keys, with each decision's tag recorded, so a gain bought by giving up the fight
 shows (the Retreat share and the episodes' durations are reported).
+
+    python studies/look_first.py --scenario raid --policy B-obey-raid --period 0.2 --window 1.4 \\
+        --out runs/raid-look-first
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxarena.cli_errors import cli_main
+from jaxarena.llm.deduction import TOWARD, approach_bin
+from jaxarena.llm.history import APPROACH, blank_histories, push
+from jaxarena.llm.tuning.paired_play import (
+    run_study,
+    squad_runner,
+    study_parser,
+    versus_always_aggressive,
+    win_cell,
+    write_result,
+)
 from jaxarena.names import BOT_TYPES, NPC_WIN, TAG_NAMES
 from jaxarena.tag_sources import TagSource
 from jaxarena.types import ticks
-
-from ..deduction import TOWARD, approach_bin
-from ..history import APPROACH, blank_histories, push
-from .history_bound import squad_runner, versus_always_aggressive, win_cell, write_result
 
 AGGRESSIVE, RETREAT = TAG_NAMES.index("Aggressive"), TAG_NAMES.index("Retreat")
 
@@ -135,3 +146,22 @@ def run_look_first(*, out: str, **kwargs) -> dict:
     result = look_first_report(**kwargs)
     write_result(out, "look_first", result, markdown)
     return result
+
+
+def parser():
+    p = study_parser("look_first.py", __doc__, "look_first")
+    p.add_argument("--period", type=float, default=0.2, help="seconds between decisions (the paper's is 5)")
+    p.add_argument("--window", type=float, default=1.4, help="seconds from spawn in which the reader may retreat")
+    return p
+
+
+@cli_main("look_first.py")
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    return run_study(
+        "look_first.py", args, run_look_first, markdown, "look_first", period_s=args.period, window_s=args.window
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
