@@ -20,7 +20,8 @@ import argparse
 import sys
 
 from jaxarena.cli_errors import RESUME_HINT, ArgumentParser, cli_main, interrupted
-from jaxarena.names import BOT_TYPES
+
+from .squad_args import squad_args
 
 
 def _scenario_limits(scenario: str) -> dict:
@@ -169,7 +170,7 @@ def _glance_parser(sub) -> None:
         "(time since the fight began, nearest-NPC distance, the bot's approach, every 0.2 s), then plays held-out "
         "episodes beside the untrained one",
     )
-    _squad_args(g)
+    squad_args(g)
     g.add_argument("--steps", type=int, default=100, help="training steps (default %(default)s)")
     g.add_argument("--spawns", type=int, default=32, help="groups per bot and step, each asking about one cell")
     g.add_argument("--group", type=int, default=8, help="lanes per group: each answer in the asked cell, G/4 times")
@@ -210,25 +211,12 @@ def _glance_parser(sub) -> None:
     g.set_defaults(fn=_glance)
 
 
-def _squad_args(p) -> None:
-    """The squad and its arena, as every command takes them."""
-    p.add_argument("--scenario", default="raid", help="the arena's scenario (default %(default)s)")
-    p.add_argument(
-        "--policy",
-        default="B-obey-raid",
-        help="the squad: a shipped policy's name or a run directory (default %(default)s)",
-    )
-    p.add_argument(
-        "--bots", nargs="+", default=list(BOT_TYPES), choices=BOT_TYPES, help="the bots to play (default: all three)"
-    )
-
-
 def parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="jaxarena-tune-llm", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser("data", help="play the squad, price its decision states with the oracle")
-    _squad_args(d)
+    squad_args(d)
     d.add_argument("--episodes", type=int, default=64, help="episodes per (bot, split, tag source)")
     d.add_argument("--states", type=int, default=256, help="decision states priced per (bot, split, tag source)")
     d.add_argument("--rollouts", type=int, default=8, help="the oracle's playouts per tag (K)")
@@ -271,7 +259,7 @@ def parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("evaluate", help="the squad under the stock LLM (B) against the tuned LLM (L), paired")
     e.add_argument("--adapter", required=True, help="a shipped adapter name or an adapter directory")
-    _squad_args(e)
+    squad_args(e)
     e.add_argument("--episodes", type=int, default=100, help="paired episodes per bot")
     e.add_argument("--seed", type=int, default=0, help="the protocol's seed: episodes pair with its cells")
     e.add_argument("--price-states", type=int, default=0, help="decisions per bot priced by the oracle (0: none)")

@@ -28,8 +28,9 @@ import numpy as np
 
 from jaxarena.cli_errors import ArgumentParser, UserError, interrupted
 from jaxarena.files import write_atomic
-from jaxarena.names import BOT_TYPES
 from jaxarena.tag_sources import TagSource
+
+from .squad_args import squad_args
 
 
 def squad_setup(scenario: str, policy_spec: str, bots: Sequence[str], **overrides):
@@ -105,15 +106,7 @@ def study_parser(prog: str, description: str, name: str, *, held_out: bool = Fal
     """A study's parser with the arguments every study takes: the squad, its arena, the episodes, the output."""
     which = "held-out " if held_out else ""
     p = ArgumentParser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--scenario", default="raid", help="the arena's scenario (default %(default)s)")
-    p.add_argument(
-        "--policy",
-        default="B-obey-raid",
-        help="the squad: a shipped policy's name or a run directory (default %(default)s)",
-    )
-    p.add_argument(
-        "--bots", nargs="+", default=list(BOT_TYPES), choices=BOT_TYPES, help="the bots to play (default: all three)"
-    )
+    squad_args(p)
     p.add_argument(
         "--episodes",
         type=int,
