@@ -24,6 +24,7 @@ SWEEPABLE = (
     "gamma",
     "gae_lambda",
     "approach_shaping",
+    "approach_range",
 )
 #: B's shaping: Table 5's terms ("paper"), the engagement-gated intent terms ("intent",
 #: `jaxarena.rewards.intent_shaping`) or the per-expert terms ("obey", `rewards.obey_shaping`);
@@ -91,6 +92,10 @@ class PPOConfig:
     # it pays for closing in, and leaves the best policy unchanged (Ng, Harada and Russell,
     # "Policy invariance under reward transformations"). 0: the team reward alone.
     approach_shaping: float = 0.0
+    # Where the approach shaping stops paying, in arena units: Phi = -w * max(distance - range, 0) /
+    # diagonal, so closing in is paid only from afar. Within the range only the team reward speaks,
+    # and a strong pull cannot turn into a rush into melee. 0: paid all the way in.
+    approach_range: float = 0.0
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5
     lr: float = 3e-4
@@ -159,6 +164,8 @@ class PPOConfig:
                 raise ValueError(f"anneal_steps must be >= 1 or None (the whole run), got {self.anneal_steps}")
         if not 0.0 <= self.approach_shaping < float("inf"):
             raise ValueError(f"approach_shaping must be a finite weight >= 0 (0: off), got {self.approach_shaping}")
+        if not 0.0 <= self.approach_range < float("inf"):
+            raise ValueError(f"approach_range must be a finite distance >= 0 (arena units), got {self.approach_range}")
         if self.ent_target is not None and not 0.0 <= self.ent_target:
             raise ValueError(f"ent_target must be >= 0 (nats) or None, got {self.ent_target}")
         for name in ("num_envs", "num_steps", "update_epochs", "num_minibatches", "hidden", "tag_period_ticks"):
@@ -319,11 +326,12 @@ FAST_RECIPE: dict[str, Any] = {"update_epochs": 1, "num_minibatches": 8}
 FAST_EVASIVE_RECIPE: dict[str, Any] = {**FAST_RECIPE, "bots": ["evasive"]}
 
 
-#: The recipe that learns from 9 seeds of 10 (the default for Combination A): the evasive drill
-#: plus the approach shaping. A squad that fails on the drill alone learns to retreat from the
-#: evasive bot and let the clock run out (docs/training.md, "Why seeds failed"); the potential
-#: pays each NPC for closing in and leaves the best policy unchanged.
-LEARNING_RECIPE: dict[str, Any] = {**FAST_EVASIVE_RECIPE, "approach_shaping": 0.2}
+#: The default recipe for Combination A: the evasive drill plus the approach shaping, paid from
+#: afar only. A squad that fails on the drill alone learns to retreat from the evasive bot and let
+#: the clock run out (docs/training.md, "Why seeds failed"); the potential pays each NPC for
+#: closing in to the orb range (12 u) and leaves the best policy unchanged. Paid all the way in,
+#: a pull strong enough to end every retreat turned some squads into a rush that never attacks.
+LEARNING_RECIPE: dict[str, Any] = {**FAST_EVASIVE_RECIPE, "approach_shaping": 0.5, "approach_range": 12.0}
 
 
 #: Named recipes for `jaxarena-train --preset`: "default" is the recipe a new Combination A run

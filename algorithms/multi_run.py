@@ -34,6 +34,7 @@ from jax.sharding import PartitionSpec as P
 
 from .config import SWEEPABLE, PPOConfig, parse_field
 from .ppo import RunnerState, Trainer, make_trainer
+from .ppo_core import init_runs
 from .ppo_objective import hyper_of
 
 RUN_AXIS = "run"
@@ -158,7 +159,7 @@ def make_batch_trainer(runs: Sequence[Run], mesh: Mesh | None | str = "auto") ->
     hypers = jax.tree.map(lambda *xs: jnp.stack(xs), *[hyper_of(r.config) for r in runs])
 
     def init() -> RunnerState:
-        return jax.vmap(trainer.init)(keys, hypers)
+        return init_runs(trainer, keys, hypers)
 
     def run_updates(state: RunnerState, n: int):
         return jax.vmap(lambda s: trainer.run_updates(s, n))(state)

@@ -39,6 +39,7 @@ from jax.sharding import Mesh
 import jaxarena
 from jaxarena.names import BOT_TYPES, BOT_WIN, NPC_WIN, NUM_NPCS, TIMEOUT
 from jaxarena.observe import BOT_DISTANCE, OWN_HP
+from jaxarena.types import arena_diagonal
 from jaxarena.wrappers import LogState, LogWrapper
 
 from .config import RECIPES, PPOConfig
@@ -134,8 +135,12 @@ def arena_env(config: PPOConfig, env: LogWrapper, base_params) -> CoreEnv:
 
     def _approach_bonus(obs, next_obs, cut, hyper):
         """Each NPC's potential-based approach shaping (`PPOConfig.approach_shaping`): (envs, 5)."""
-        potential = -hyper["approach_shaping"] * obs[..., BOT_DISTANCE]
-        next_potential = -hyper["approach_shaping"] * next_obs[..., BOT_DISTANCE]
+        far = hyper["approach_range"] / arena_diagonal(base_params)  # obs distances are / diagonal
+
+        def potential_of(o):
+            return -hyper["approach_shaping"] * jnp.maximum(o[..., BOT_DISTANCE] - far, 0.0)
+
+        potential, next_potential = potential_of(obs), potential_of(next_obs)
         return hyper["gamma"] * jnp.where(cut, 0.0, next_potential) - potential
 
     def step(k_step, k_tag, log_state, obs, action, hyper):

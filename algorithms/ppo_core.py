@@ -346,10 +346,22 @@ def train_fn(trainer: Trainer, num_updates: int) -> Callable:
     (vmapped; every leaf of the result gains a leading axis of n). Jit it.
     """
 
-    def one(rng):
-        return trainer.run_updates(trainer.init(rng), num_updates)
-
     def train(rng):
-        return jax.vmap(one)(rng) if is_key_batch(rng) else one(rng)
+        if not is_key_batch(rng):
+            return trainer.run_updates(trainer.init(rng), num_updates)
+        return jax.vmap(lambda state: trainer.run_updates(state, num_updates))(init_runs(trainer, rng))
 
     return train
+
+
+def init_runs(trainer: Trainer, keys: jax.Array, hypers: dict | None = None):
+    """A fresh run per key (and per `hypers` row), stacked along a leading run axis.
+
+    A loop (`lax.map`), not `vmap`: a vmapped init batches the orthogonal initializer's QR
+    factorisation, and on CPU jaxlib 0.10 runs batched LAPACK calls on the same thread pool that
+    waits for them, so two at once can deadlock it (a program that never ends and uses no CPU;
+    seen with 2 seeds on 2 cores). Init runs once per training, so the loop costs nothing.
+    """
+    if hypers is None:
+        return jax.lax.map(trainer.init, keys)
+    return jax.lax.map(lambda key_and_hyper: trainer.init(*key_and_hyper), (keys, hypers))

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import serialization
+
+from jaxarena.algorithms.ppo_core import init_runs
 
 CHECKPOINT = "selector.msgpack"
 
@@ -37,7 +40,7 @@ def resume_runs(trainer, state, dirs: list[Path], batched: bool, population):
         )
     pick = (lambda name: stack_runs([s[name] for s in saved])) if batched else (lambda name: saved[0][name])
     rng = jnp.asarray(pick("rng"))
-    fresh = jax.jit(jax.vmap(trainer.init) if batched else trainer.init)(rng)
+    fresh = jax.jit(functools.partial(init_runs, trainer) if batched else trainer.init)(rng)
     env_state = fresh.env_state.replace(population=pick("population"))
     update = jnp.asarray(pick("update"), jnp.int32)
     return fresh.replace(train_state=pick("train_state"), env_state=env_state, update=update)

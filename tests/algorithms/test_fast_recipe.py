@@ -42,12 +42,13 @@ def test_the_classic_preset_is_the_shipped_recipe_and_fast_differs_only_where_na
 
 def test_the_default_preset_is_the_drill_with_the_approach_shaping_and_a_new_A_run_gets_it():
     default = PPOConfig.preset("default")
-    assert default.approach_shaping > 0 and PPOConfig().approach_shaping == 0.0
-    assert default.replace(approach_shaping=0.0) == PPOConfig.preset("fast_evasive")
+    assert default.approach_shaping > 0 and default.approach_range > 0
+    assert (PPOConfig().approach_shaping, PPOConfig().approach_range) == (0.0, 0.0)
+    assert default.replace(approach_shaping=0.0, approach_range=0.0) == PPOConfig.preset("fast_evasive")
     assert PPOConfig.from_dict(json.loads(default.to_json())) == default
     # A config written before the field existed loads without the shaping, as it was trained.
-    old = {k: v for k, v in json.loads(PPOConfig().to_json()).items() if k != "approach_shaping"}
-    assert PPOConfig.from_dict(old).approach_shaping == 0.0
+    old = {k: v for k, v in json.loads(PPOConfig().to_json()).items() if not k.startswith("approach_")}
+    assert (PPOConfig.from_dict(old).approach_shaping, PPOConfig.from_dict(old).approach_range) == (0.0, 0.0)
     assert (default_preset("A"), default_preset("B")) == ("default", "classic")
 
 

@@ -48,6 +48,32 @@ def test_vmapped_seeds_equal_runs_one_at_a_time():
     assert max_diff(take(batched.train_state.params, 0), take(batched.train_state.params, 1)) > 1e-2
 
 
+def lapack_operand_ranks(jaxpr) -> list[int]:
+    """The rank of every QR-family operand in `jaxpr`, nested jaxprs (scan, cond, pjit) included."""
+    ranks = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name in ("geqrf", "geqp3", "householder_product", "qr"):
+            ranks.append(eqn.invars[0].aval.ndim)
+        for value in eqn.params.values():
+            for inner in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(inner, "jaxpr", inner)
+                if hasattr(inner, "eqns"):
+                    ranks += lapack_operand_ranks(inner)
+    return ranks
+
+
+def test_batched_inits_never_batch_the_orthogonal_initializers_qr():
+    # jaxlib 0.10 on CPU runs a batched QR on the thread pool that waits for it: two at once can
+    # deadlock a 2-core machine forever. A run batch loops its init instead; every QR stays 2-D.
+    cfg = PPOConfig(**SMALL)
+    keys = jax.random.split(jax.random.PRNGKey(0), 4)
+    train_ranks = lapack_operand_ranks(jax.make_jaxpr(make_train(cfg, mesh=None))(keys).jaxpr)
+    batch = make_batch_trainer(plan_runs(cfg, seeds=range(4)))
+    init_ranks = lapack_operand_ranks(jax.make_jaxpr(batch.init)().jaxpr)
+    assert train_ranks and init_ranks  # the networks' orthogonal init is there to check
+    assert set(train_ranks) == set(init_ranks) == {2}
+
+
 def test_each_run_trains_with_its_own_hyper_parameters():
     runs = plan_runs(PPOConfig(**SMALL), seeds=[0], sweep={"lr": ["0", "3e-3"], "gamma": ["0.9"]})
     assert [r.name for r in runs] == ["lr=0,gamma=0.9/seed_0", "lr=3e-3,gamma=0.9/seed_0"]

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from jaxarena.algorithms.ppo_core import CoreConfig, make_core_trainer, train_fn
+from jaxarena.algorithms.ppo_core import CoreConfig, init_runs, make_core_trainer, train_fn
 
 NUM_ARMS = 4
 
@@ -61,7 +61,7 @@ def test_core_runs_settings_of_the_float_hyper_parameters_in_one_program():
     hypers = {k: jnp.stack([v] * len(lrs)) for k, v in trainer.init(key).hyper.items()}
     hypers["lr"] = jnp.asarray(lrs, jnp.float32)
     run = jax.jit(lambda s: jax.vmap(lambda one: trainer.run_updates(one, 3))(s))
-    batch, _ = run(jax.vmap(trainer.init, in_axes=(None, 0))(key, hypers))
+    batch, _ = run(init_runs(trainer, jnp.stack([key] * len(lrs)), hypers))
     for i, lr in enumerate(lrs):
         own = make_core_trainer(ContextBandit(8), Net(), dataclasses.replace(config, lr=lr))
         alone, _ = jax.jit(own.run_updates, static_argnums=1)(own.init(key), 3)

@@ -123,6 +123,18 @@ def test_a_table_run_learns_and_its_table_plays_where_an_adapters_does(tmp_path,
     assert found == (tmp_path / "table").resolve()
     with pytest.raises(AdapterError, match="trained without the LLM"):
         resolve_adapter(str(tmp_path / "table"), kind="llm-adapter")
+    # Combination G's preflight asks for the LLM's weights for an adapter only: a table plays without them.
+    from types import SimpleNamespace
+
+    from jaxarena.protocol.combinations import g
+
+    def g_context(adapter):
+        return SimpleNamespace(config=SimpleNamespace(options_of=lambda name: g.GOptions(adapter=adapter)))
+
+    monkeypatch.setattr(EmbeddedBackend, "preflight", no_llm)
+    g._preflight(g_context(str(tmp_path / "table")))
+    with pytest.raises(AssertionError, match="loaded the LLM"):
+        g._preflight(g_context("smollm2-raid-glance"))
     played = result["readers"]["tuned table"]["balanced"]
     assert played["minus_prior"][1] <= played["minus_prior"][0] <= played["minus_prior"][2]
     assert initials(table) != "A" * NUM_GLANCE_CELLS
