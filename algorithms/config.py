@@ -331,6 +331,8 @@ FAST_EVASIVE_RECIPE: dict[str, Any] = {**FAST_RECIPE, "bots": ["evasive"]}
 #: the clock run out (docs/training.md, "Why seeds failed"); the potential pays each NPC for
 #: closing in to the orb range (12 u) and leaves the best policy unchanged. Paid all the way in,
 #: a pull strong enough to end every retreat turned some squads into a rush that never attacks.
+#: Every seed of ten reaches the policy bars on the way; the final policies of a whole schedule did
+#: not keep them (docs/training.md, "Passing is not keeping").
 LEARNING_RECIPE: dict[str, Any] = {**FAST_EVASIVE_RECIPE, "approach_shaping": 0.5, "approach_range": 12.0}
 
 

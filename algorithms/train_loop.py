@@ -56,8 +56,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         choices=tuple(PRESETS),
         default=None,
         help=(
-            "PPO recipe (docs/training.md): default (a new A run's: 10 seeds of 10 reached a policy), classic (the "
-            "zoo's squads', and a new B run's), fast or fast_evasive; options override it"
+            "PPO recipe (docs/training.md): default (a new A run's: 10 seeds of 10 reached a policy during "
+            "training, not all kept it), classic (the zoo's squads', and a new B run's), fast or "
+            "fast_evasive; options override it"
         ),
     )
     p.add_argument("--total-steps", type=float, default=None, help="env steps (arena ticks), e.g. 2e7")
