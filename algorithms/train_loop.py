@@ -56,8 +56,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         choices=tuple(PRESETS),
         default=None,
         help=(
-            "PPO recipe (docs/training.md): default (a new A run's: 10 seeds of 10 reached a policy during "
-            "training, not all kept it), classic (the zoo's squads', and a new B run's), fast or "
+            "PPO recipe (docs/training.md): default (a new A run's: 9 seeds of 10 end with a policy), "
+            "classic (the zoo's squads', and a new B run's), fast or "
             "fast_evasive; options override it"
         ),
     )

@@ -47,7 +47,7 @@ def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--presets", nargs="+", default=["classic", "default"], help="PPOConfig presets to race, old first")
     p.add_argument("--seeds", nargs="+", type=int, default=[0], help="training seeds, each run per preset")
-    p.add_argument("--total-steps", type=float, default=2.5e7, help="the schedule's length (as the shipped A)")
+    p.add_argument("--total-steps", type=float, default=None, help="the schedule's length (default: the preset's)")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="PPOConfig fields for every preset")
     p.add_argument("--eval-every", type=float, default=1e6, help="env steps between cheap checks")
     p.add_argument("--cheap-episodes", type=int, default=200, help="episodes per bot of a cheap check")
@@ -208,7 +208,8 @@ def build_program(preset: str, args) -> dict:
     from jaxarena.algorithms import PPOConfig, make_trainer
 
     sizes = {"num_envs": 8, "num_steps": 8} if args.smoke else {}
-    cfg = PPOConfig.preset(preset, combination="A", total_timesteps=int(args.total_steps), **sizes, **args.changes)
+    schedule = {} if args.total_steps is None else {"total_timesteps": int(args.total_steps)}
+    cfg = PPOConfig.preset(preset, combination="A", **schedule, **sizes, **args.changes)
     trainer = make_trainer(cfg)
     run = jax.jit(trainer.run_updates, static_argnums=1, donate_argnums=0)
     chunk = max(1, round(args.eval_every / cfg.steps_per_update))
