@@ -46,14 +46,20 @@ def resolve_adapter(spec: str, kind: str | tuple[str, ...] | None = None) -> Pat
         names = ", ".join(shipped_adapters()) or "none"
         raise AdapterError(f"adapter {spec!r} not found: not a directory, nor a shipped adapter (shipped: {names})")
     if kind is not None:
-        try:
-            got = json.loads((found / CARD_FILE).read_text()).get("kind")
-        except (OSError, ValueError, AttributeError):
-            got = None  # a missing or corrupt card is `lora.load_adapter`'s to report
+        got = adapter_kind(found)
         wanted = (kind,) if isinstance(kind, str) else tuple(kind)
         if got in KINDS and got not in wanted:
             raise AdapterError(f"adapter {spec!r} is for {KINDS[got]}, not for {KINDS[wanted[0]]}")
     return found
+
+
+def adapter_kind(directory: str | Path) -> str | None:
+    """The kind (`KINDS`) an adapter's card names; None for a card without one, missing or corrupt
+    (those are `lora.load_adapter`'s to report)."""
+    try:
+        return json.loads((Path(directory) / CARD_FILE).read_text()).get("kind")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def adapter_checksum_of(directory: str | Path) -> str:

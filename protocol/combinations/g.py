@@ -85,18 +85,12 @@ def _play(context, label: str, bot: str, key, progress) -> Played:
 def _preflight(context) -> None:
     """Before the first cell: the adapter is a glance adapter or table, and for an adapter the embedded
     model it was trained on is installed (a table plays without the LLM)."""
-    import json
-
-    from jaxarena.llm.adapters import CARD_FILE, resolve_adapter
+    from jaxarena.llm.adapters import adapter_kind, resolve_adapter
     from jaxarena.llm.backends.embedded import EmbeddedBackend
     from jaxarena.llm.preflight import preflight
 
     found = resolve_adapter(context.config.options_of("G").adapter, kind=("glance-adapter", "glance-table"))
-    try:
-        kind = json.loads((found / CARD_FILE).read_text()).get("kind")
-    except (OSError, ValueError, AttributeError):
-        kind = None  # a missing or corrupt card is the loader's to report
-    if kind != "glance-table":
+    if adapter_kind(found) != "glance-table":
         preflight(EmbeddedBackend())
 
 
