@@ -16,7 +16,6 @@ checkpoint, `params["params"]["actor"]`, is exactly the `BotWeights`
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -37,7 +36,7 @@ from jaxarena.names import BOT_LEARNED, BOT_WIN, NPC_WIN, NUM_TAGS, TIMEOUT
 from jaxarena.runner import make_runner
 from jaxarena.types import BotWeights, EnvParams
 
-from .ppo_core import CoreConfig, init_runs, is_key_batch, make_core_trainer
+from .ppo_core import CoreConfig, is_key_batch, make_core_trainer, run_fns
 
 #: PPO settings for the bot (per tick, one agent per arena); `train_bot(config=...)` overrides.
 DEFAULT_CONFIG = CoreConfig(num_envs=64, num_steps=64, update_epochs=4, num_minibatches=4, gamma=0.99, ent_coef=0.01)
@@ -122,13 +121,9 @@ def train_bot(
         stagger=True,
     )
     trainer = make_core_trainer(env, BotActorCritic(hidden=hidden), config)
-    seeds = is_key_batch(key)  # a batch of keys: one run per key, vmapped in one program
-    if seeds:
-        run = jax.jit(lambda s, n: jax.vmap(lambda one: trainer.run_updates(one, n))(s), static_argnums=1)
-        state = jax.jit(functools.partial(init_runs, trainer))(key)
-    else:
-        run = jax.jit(trainer.run_updates, static_argnums=1)
-        state = jax.jit(trainer.init)(key)
+    init, run = run_fns(trainer, batched=is_key_batch(key))  # a batch of keys: a run per key, one program
+    run = jax.jit(run, static_argnums=1)
+    state = jax.jit(init)(key)
     checkpoints, chunks = [], []
     for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
         state, metrics = run(state, stop - start)

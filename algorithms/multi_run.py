@@ -34,7 +34,7 @@ from jax.sharding import PartitionSpec as P
 
 from .config import SWEEPABLE, PPOConfig, parse_field
 from .ppo import RunnerState, Trainer, make_trainer
-from .ppo_core import init_runs
+from .ppo_core import init_runs, run_fns
 from .ppo_objective import hyper_of
 
 RUN_AXIS = "run"
@@ -161,10 +161,7 @@ def make_batch_trainer(runs: Sequence[Run], mesh: Mesh | None | str = "auto") ->
     def init() -> RunnerState:
         return init_runs(trainer, keys, hypers)
 
-    def run_updates(state: RunnerState, n: int):
-        return jax.vmap(lambda s: trainer.run_updates(s, n))(state)
-
-    return BatchTrainer(runs, trainer, init, run_updates, mesh)
+    return BatchTrainer(runs, trainer, init, run_fns(trainer, batched=True)[1], mesh)
 
 
 def take(tree, i: int):

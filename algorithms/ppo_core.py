@@ -354,6 +354,16 @@ def train_fn(trainer: Trainer, num_updates: int) -> Callable:
     return train
 
 
+def run_fns(trainer: Trainer, batched: bool) -> tuple[Callable, Callable]:
+    """`(init(keys), run_updates(state, n))` for one run, or with `batched` for a run per key with a
+    leading run axis: the inits loop over the keys (`init_runs`), the updates are vmapped. The
+    one place a trainer that checkpoints between chunks gets its batched pair; jit both (n static).
+    """
+    if not batched:
+        return trainer.init, trainer.run_updates
+    return functools.partial(init_runs, trainer), lambda state, n: jax.vmap(lambda s: trainer.run_updates(s, n))(state)
+
+
 def init_runs(trainer: Trainer, keys: jax.Array, hypers: dict | None = None):
     """A fresh run per key (and per `hypers` row), stacked along a leading run axis.
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import jax
@@ -10,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import serialization
 
-from jaxarena.algorithms.ppo_core import init_runs
+from jaxarena.algorithms.ppo_core import run_fns
 
 CHECKPOINT = "selector.msgpack"
 
@@ -40,7 +39,7 @@ def resume_runs(trainer, state, dirs: list[Path], batched: bool, population):
         )
     pick = (lambda name: stack_runs([s[name] for s in saved])) if batched else (lambda name: saved[0][name])
     rng = jnp.asarray(pick("rng"))
-    fresh = jax.jit(functools.partial(init_runs, trainer) if batched else trainer.init)(rng)
+    fresh = jax.jit(run_fns(trainer, batched)[0])(rng)
     env_state = fresh.env_state.replace(population=pick("population"))
     update = jnp.asarray(pick("update"), jnp.int32)
     return fresh.replace(train_state=pick("train_state"), env_state=env_state, update=update)

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import serialization
 
-from jaxarena.algorithms.ppo_core import CoreConfig, make_core_trainer
+from jaxarena.algorithms.ppo_core import CoreConfig, make_core_trainer, run_fns
 from jaxarena.cli_errors import ArgumentParser, cli_main
 from jaxarena.names import BOT_TYPES
 
@@ -171,17 +171,14 @@ def train(config: SelectorConfig, out: str | Path, progress: bool = True, seeds:
     env, network, (squad_policy, squad_params), population = build(config)
     trainer = make_core_trainer(env, network, config.core())
     batched = seeds > 1
-    # One run, or the seeds' runs vmapped: every leaf of a batched state has a leading seed axis.
-    lift = jax.vmap if batched else (lambda f: f)
+    # One run, or the seeds' runs in one program: every leaf of a batched state has a leading seed axis.
     keys = jnp.stack([jax.random.PRNGKey(c.seed) for c in configs]) if batched else jax.random.PRNGKey(config.seed)
-    state = jax.jit(lift(trainer.init))(keys)
+    init, run_updates = run_fns(trainer, batched)
+    state = jax.jit(init)(keys)
     bots = [_learned_bots(c, squad_policy, squad_params, d, progress) for c, d in zip(configs, dirs, strict=True)]
     if all(have):
         state = resume_runs(trainer, state, dirs, batched, population)
-    if batched:
-        run_updates = jax.jit(lambda s, n: jax.vmap(lambda one: trainer.run_updates(one, n))(s), static_argnums=1)
-    else:
-        run_updates = jax.jit(trainer.run_updates, static_argnums=1)
+    run_updates = jax.jit(run_updates, static_argnums=1)
     rows = []
     for d in dirs:
         metrics_path = d / "metrics.jsonl"

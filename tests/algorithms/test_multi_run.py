@@ -3,6 +3,7 @@ sweeps group by program, and the training command writes, logs, summarises and r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import struct
@@ -13,13 +14,19 @@ from pathlib import Path
 
 import chex
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jaxarena
 from jaxarena.algorithms import PPOConfig, make_train, make_trainer
+from jaxarena.algorithms.bot_training import DEFAULT_CONFIG as BOT_CONFIG
+from jaxarena.algorithms.bot_training import BotActorCritic
 from jaxarena.algorithms.checkpoint import has_checkpoint, load_params, read_config
 from jaxarena.algorithms.multi_run import group_runs, make_batch_trainer, parse_sweep, plan_runs, take
+from jaxarena.algorithms.ppo_core import make_core_trainer, run_fns
 from jaxarena.algorithms.train_loop import main
+from jaxarena.bot_arena import BotArena
 
 SMALL = dict(num_envs=6, num_steps=8, hidden=8, update_epochs=1, num_minibatches=2, total_timesteps=6 * 8 * 2)
 TINY = ["--num-envs", "6", "--num-steps", "8", "--hidden", "8", "--chunk", "2", "--no-progress", "--keep-xla-flags"]
@@ -62,16 +69,37 @@ def lapack_operand_ranks(jaxpr) -> list[int]:
     return ranks
 
 
-def test_batched_inits_never_batch_the_orthogonal_initializers_qr():
+def _selector_trainer():
+    from jaxarena.selector.train import SelectorConfig, build
+
+    config = SelectorConfig(num_envs=4, num_steps=4, total_decisions=4 * 4, learned_slots=0)
+    env, network, _, _ = build(config)
+    return make_core_trainer(env, network, config.core())
+
+
+def _bot_trainer():
+    _, params = jaxarena.make("Arena-v0")
+    env = BotArena(lambda p, obs, key: jnp.zeros(obs.shape[:-1], jnp.int32), {}, params, 4)
+    return make_core_trainer(env, BotActorCritic(hidden=8), dataclasses.replace(BOT_CONFIG, num_envs=4, num_steps=8))
+
+
+@pytest.mark.parametrize("which", ["squad", "selector", "learned bot"])
+def test_batched_inits_never_batch_the_orthogonal_initializers_qr(which):
     # jaxlib 0.10 on CPU runs a batched QR on the thread pool that waits for it: two at once can
-    # deadlock a 2-core machine forever. A run batch loops its init instead; every QR stays 2-D.
-    cfg = PPOConfig(**SMALL)
+    # deadlock a 2-core machine forever. Every trainer's batch of runs loops its init; every QR stays 2-D.
+    trainer = {"squad": lambda: make_trainer(PPOConfig(**SMALL), mesh=None), "selector": _selector_trainer}
+    trainer = {**trainer, "learned bot": _bot_trainer}[which]()
     keys = jax.random.split(jax.random.PRNGKey(0), 4)
-    train_ranks = lapack_operand_ranks(jax.make_jaxpr(make_train(cfg, mesh=None))(keys).jaxpr)
-    batch = make_batch_trainer(plan_runs(cfg, seeds=range(4)))
-    init_ranks = lapack_operand_ranks(jax.make_jaxpr(batch.init)().jaxpr)
-    assert train_ranks and init_ranks  # the networks' orthogonal init is there to check
-    assert set(train_ranks) == set(init_ranks) == {2}
+    init, _ = run_fns(trainer, batched=True)
+    ranks = lapack_operand_ranks(jax.make_jaxpr(init)(keys).jaxpr)
+    assert ranks  # the networks' orthogonal init is there to check
+    assert set(ranks) == {2}
+    assert {4} <= set(lapack_operand_ranks(jax.make_jaxpr(jax.vmap(jax.vmap(trainer.init)))(keys[None]).jaxpr))
+    if which == "squad":  # the one-program trainer and the checkpointing batch trainer too
+        cfg = PPOConfig(**SMALL)
+        train_ranks = lapack_operand_ranks(jax.make_jaxpr(make_train(cfg, mesh=None))(keys).jaxpr)
+        batch = make_batch_trainer(plan_runs(cfg, seeds=range(4)))
+        assert set(train_ranks) == set(lapack_operand_ranks(jax.make_jaxpr(batch.init)().jaxpr)) == {2}
 
 
 def test_each_run_trains_with_its_own_hyper_parameters():
