@@ -347,9 +347,8 @@ def train_fn(trainer: Trainer, num_updates: int) -> Callable:
     """
 
     def train(rng):
-        if not is_key_batch(rng):
-            return trainer.run_updates(trainer.init(rng), num_updates)
-        return jax.vmap(lambda state: trainer.run_updates(state, num_updates))(init_runs(trainer, rng))
+        init, run_updates = run_fns(trainer, batched=is_key_batch(rng))
+        return run_updates(init(rng), num_updates)
 
     return train
 
@@ -357,7 +356,8 @@ def train_fn(trainer: Trainer, num_updates: int) -> Callable:
 def run_fns(trainer: Trainer, batched: bool) -> tuple[Callable, Callable]:
     """`(init(keys), run_updates(state, n))` for one run, or with `batched` for a run per key with a
     leading run axis: the inits loop over the keys (`init_runs`), the updates are vmapped. The
-    one place a trainer that checkpoints between chunks gets its batched pair; jit both (n static).
+    one place every trainer (`train_fn`, and those that checkpoint between chunks) gets its batched
+    pair; jit both (n static).
     """
     if not batched:
         return trainer.init, trainer.run_updates

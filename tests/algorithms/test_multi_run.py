@@ -87,14 +87,15 @@ def _bot_trainer():
 def test_batched_inits_never_batch_the_orthogonal_initializers_qr(which):
     # jaxlib 0.10 on CPU runs a batched QR on the thread pool that waits for it: two at once can
     # deadlock a 2-core machine forever. Every trainer's batch of runs loops its init; every QR stays 2-D.
-    trainer = {"squad": lambda: make_trainer(PPOConfig(**SMALL), mesh=None), "selector": _selector_trainer}
-    trainer = {**trainer, "learned bot": _bot_trainer}[which]()
+    squad = lambda: make_trainer(PPOConfig(**SMALL), mesh=None)  # noqa: E731
+    trainer = {"squad": squad, "selector": _selector_trainer, "learned bot": _bot_trainer}[which]()
     keys = jax.random.split(jax.random.PRNGKey(0), 4)
     init, _ = run_fns(trainer, batched=True)
     ranks = lapack_operand_ranks(jax.make_jaxpr(init)(keys).jaxpr)
     assert ranks  # the networks' orthogonal init is there to check
     assert set(ranks) == {2}
-    assert {4} <= set(lapack_operand_ranks(jax.make_jaxpr(jax.vmap(jax.vmap(trainer.init)))(keys[None]).jaxpr))
+    # The check sees the batching it guards against: a vmapped init's QRs are 3-D.
+    assert 3 in lapack_operand_ranks(jax.make_jaxpr(jax.vmap(trainer.init))(keys).jaxpr)
     if which == "squad":  # the one-program trainer and the checkpointing batch trainer too
         cfg = PPOConfig(**SMALL)
         train_ranks = lapack_operand_ranks(jax.make_jaxpr(make_train(cfg, mesh=None))(keys).jaxpr)
