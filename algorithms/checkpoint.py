@@ -115,6 +115,7 @@ RUN_FILES = (
     "metrics.csv",
     "metrics.jsonl",
     "learning_curve.png",
+    "summary.json",
     TENSORBOARD_DIR,
     WANDB_ID_FILE,
 )

@@ -10,6 +10,7 @@ rationale.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from types import MappingProxyType
 
 from .names import BOT_MAX_HP
@@ -53,6 +54,43 @@ SCENARIOS = MappingProxyType(
     }
 )
 DEFAULT_SCENARIO = "paper"
+
+
+@dataclass(frozen=True)
+class TrainingStandard:
+    """What a scenario calls a trained squad, and a training run that has stopped learning.
+
+    `bars`: the held-out NPC win rate a squad's final policy must reach against each bot to count
+    as learned (None: the scenario declares none, and training summaries judge nothing).
+    The collapse checks read the training metrics as they come: once past `after_steps` env steps,
+    a run is *collapsing* when, over the last `window_steps`, it won no training episode
+    (`no_wins`), or its policy entropy stayed under `entropy_floor` nats while it won under
+    `stuck_win_rate` of its training episodes (`entropy_collapse`: it has settled on a way of
+    playing that does not win). Either is a warning, printed when it starts and when it clears.
+    """
+
+    bars: MappingProxyType | None
+    after_steps: int = 4_000_000
+    window_steps: int = 2_000_000
+    entropy_floor: float = 0.5
+    stuck_win_rate: float = 0.05
+
+
+#: name -> its training standard. `paper`'s bars are the time-to-policy bars (docs/training.md);
+#: `raid`'s are the shipped A-raid's lower 95% bounds, rounded down (a squad as good as A-raid).
+#: The collapse checks are the same for every scenario unless one declares its own.
+TRAINING_STANDARDS = MappingProxyType(
+    {
+        "paper": TrainingStandard(MappingProxyType({"aggressive": 0.95, "evasive": 0.90, "balanced": 0.95})),
+        "raid": TrainingStandard(MappingProxyType({"aggressive": 0.50, "evasive": 0.65, "balanced": 0.20})),
+    }
+)
+
+
+def training_standard(name: str) -> TrainingStandard:
+    """Scenario `name`'s training standard: its own, or no bars and the default collapse checks."""
+    scenario_overrides(name)  # an unknown name: the ValueError listing the presets
+    return TRAINING_STANDARDS.get(name, TrainingStandard(bars=None))
 
 
 def scenario_overrides(name: str) -> dict:
