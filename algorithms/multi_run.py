@@ -32,6 +32,8 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from jaxarena.key_streams import training_key
+
 from .config import SWEEPABLE, PPOConfig, parse_field
 from .ppo import RunnerState, Trainer, make_trainer
 from .ppo_core import init_runs, run_fns
@@ -155,7 +157,7 @@ def make_batch_trainer(runs: Sequence[Run], mesh: Mesh | None | str = "auto") ->
     if isinstance(mesh, str):
         mesh = run_mesh(len(runs))
     trainer = make_trainer(runs[0].config, mesh=None)  # one run's arenas on one device
-    keys = jnp.stack([jax.random.PRNGKey(r.config.seed) for r in runs])
+    keys = jnp.stack([training_key(r.config.seed) for r in runs])
     hypers = jax.tree.map(lambda *xs: jnp.stack(xs), *[hyper_of(r.config) for r in runs])
 
     def init() -> RunnerState:
