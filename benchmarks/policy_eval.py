@@ -2,12 +2,16 @@
 
     python benchmarks/policy_eval.py --policy A --episodes 1000            # shipped A, sampled and greedy
     python benchmarks/policy_eval.py --tag-response B-paper --episodes 300  # the paper recipe's B under each fixed tag
+    python benchmarks/policy_eval.py --policy A-raid --episodes 500 --modes sampled --json out/a-raid.json
 
 Outcomes are over `--episodes` seeded episodes per bot, one episode per
 arena, all in one batch (see `jaxarena.algorithms.evaluation`). References:
 a uniformly random squad, a scripted focus-fire squad (every NPC walks at
 the bot and melees when it can) and a chase-and-orb squad (the same, but
-within 11 u it fires an orb with probability 0.8). Prints JSON lines; `--markdown` adds tables.
+within 11 u it fires an orb with probability 0.8). A policy plays on the arena preset it was trained
+on (`raid` for A-raid), the references on `paper`. Prints JSON lines; `--markdown` adds tables; `--json OUT`
+writes the outcomes as one JSON file, {"policies": {label: {bot: row}}}, the label as printed
+("A (sampled)"), which `jaxarena-claims check` reads.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import argparse
 import json
 import os
 import time
+from pathlib import Path
 
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_experimental_ynn_fusion_type=").strip()
 
@@ -35,11 +40,18 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--policy", default=None, help="run dir or packaged name (A/B) to evaluate for outcomes")
     p.add_argument("--tag-response", default=None, help="run dir or packaged name of a Combination B policy")
-    p.add_argument("--episodes", type=int, default=1000)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--modes", nargs="+", default=["sampled", "greedy"], choices=["sampled", "greedy"])
+    p.add_argument("--episodes", type=int, default=1000, help="episodes per bot (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="the episodes' seed (default 0)")
+    p.add_argument(
+        "--modes",
+        nargs="+",
+        default=["sampled", "greedy"],
+        choices=["sampled", "greedy"],
+        help="sample the policy's actions, take its most likely ones, or both (default both)",
+    )
     p.add_argument("--references", action="store_true", help="also evaluate random and focus-fire squads")
-    p.add_argument("--markdown", action="store_true")
+    p.add_argument("--markdown", action="store_true", help="also print the results as markdown tables")
+    p.add_argument("--json", default=None, metavar="OUT", help="also write the outcomes to this JSON file")
     args = p.parse_args()
     table = []
 
@@ -62,11 +74,18 @@ def main():
     if args.policy:
         for mode in args.modes:
             policy, params = load_policy(args.policy, greedy=(mode == "greedy"))
-            outcomes(f"{args.policy} ({mode})", policy, params, env_id=policy.env_id)
+            outcomes(f"{args.policy} ({mode})", policy, params, env_id=policy.env_id, scenario=policy.scenario)
     if args.references:
         outcomes("focus-fire (scripted)", focus_fire_policy)
         outcomes("chase-and-orb (scripted, p=0.8)", chase_and_orb_policy)
         outcomes("random", random_policy)
+    if args.json and table:
+        by_policy: dict = {}
+        for row in table:
+            by_policy.setdefault(row["policy"], {})[row["bot"]] = row
+        result = {"episodes": args.episodes, "seed": args.seed, "policies": by_policy}
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     if args.markdown and table:
         print("\n| policy | bot | NPC win [95% CI] | bot win [95% CI] | timeout [95% CI] | mean length (s) |")
         print("|---|---|---|---|---|---|")
