@@ -292,7 +292,9 @@ def summarise(args, runs: list[Run], out: Path) -> str:
             else f"the {runs[0].config.scenario} scenario declares no bars, so learned is not judged."
         ),
         "",
-        "| setting | seeds | " + " | ".join(f"vs {b}: mean [min, max]" for b in BOT_TYPES) + " | learned | collapsing |",
+        "| setting | seeds | "
+        + " | ".join(f"vs {b}: mean [min, max]" for b in BOT_TYPES)
+        + " | learned | collapsing |",
         "|---|---|" + "---|" * len(BOT_TYPES) + "---|---|",
     ]
     if not args.eval_episodes:
