@@ -35,23 +35,30 @@ class CollapseWatch:
         self.events: list[dict] = []  # {"env_steps", "flag"}: each change of verdict, None when it clears
 
     def update(self, rows: Sequence[dict]) -> str | None:
-        """Takes a chunk's rows; returns a one-line message when the verdict changes, else None."""
-        self.rows.extend(rows)
-        if not self.rows:
-            return None
-        now = int(self.rows[-1]["env_steps"])
-        flag = self._verdict(now)
-        if flag == self.flag:
-            return None
-        self.flag = flag
-        self.events.append({"env_steps": now, "flag": flag})
-        return self._message(now, flag)
+        """Takes a chunk's rows; returns a one-line message if the verdict changed, else None.
+
+        The verdict is taken after every row, so a run's events do not depend on how its rows were
+        chunked: the summary, which reads a whole metrics.jsonl at once, finds the training's own."""
+        message = None
+        for row in rows:
+            self.rows.append(row)
+            now = int(row["env_steps"])
+            flag = self._verdict(now)
+            if flag != self.flag:
+                self.flag = flag
+                self.events.append({"env_steps": now, "flag": flag})
+                message = self._message(now, flag)
+        return message
 
     def _verdict(self, now: int) -> str | None:
         s = self.standard
         if now < s.after_steps:
             return None
-        window = [r for r in self.rows if int(r["env_steps"]) > now - s.window_steps]
+        window = []
+        for r in reversed(self.rows):  # the rows of the last window_steps, newest first
+            if int(r["env_steps"]) <= now - s.window_steps:
+                break
+            window.append(r)
         episodes = sum(r[f"episodes_per_bot_{b}"] for r in window for b in self.bots)
         wins = sum(r[f"npc_wins_per_bot_{b}"] for r in window for b in self.bots)
         if episodes and wins == 0:

@@ -30,7 +30,19 @@ def test_a_run_that_never_wins_is_flagged_once_past_the_grace_steps():
     assert message is not None and "collapsing" in message and "no training episode won" in message
     assert watch.flag == NO_WINS
     assert watch.update(rows(1100, 3, wins=0)) is None  # said once, not every chunk
-    assert watch.status() == {"collapsing": True, "flag": NO_WINS, "events": [{"env_steps": 1100, "flag": NO_WINS}]}
+    # the verdict is taken at every row: it started at the first row past the grace period
+    assert watch.status() == {"collapsing": True, "flag": NO_WINS, "events": [{"env_steps": 1000, "flag": NO_WINS}]}
+
+
+def test_the_verdicts_do_not_depend_on_how_the_rows_were_chunked():
+    record = rows(0, 12, wins=0) + rows(1200, 3, wins=2) + rows(1500, 10, wins=1, episodes=100, entropy=0.2)
+    whole = CollapseWatch(STANDARD, ["evasive"])
+    whole.update(record)
+    chunked = CollapseWatch(STANDARD, ["evasive"])
+    for i in range(0, len(record), 4):
+        chunked.update(record[i : i + 4])
+    assert whole.status() == chunked.status()
+    assert [e["flag"] for e in whole.status()["events"]] == [NO_WINS, None, ENTROPY_COLLAPSE]
 
 
 def test_a_winning_run_is_never_flagged():
