@@ -312,6 +312,7 @@ def summarise(args, runs: list[Run], out: Path) -> str:
                 cells.append(f"{100 * v.mean():.1f} [{100 * v.min():.1f}, {100 * v.max():.1f}]")
             judged = [r["learned"] for r in rows if r["learned"] is not None]
             entry["learned"] = f"{sum(judged)}/{len(rows)}" if judged else "not judged"
+            entry["learned_count"] = sum(judged) if judged else None
             entry["not_learned"] = [r["seed"] for r in rows if r["learned"] is False]
             lines.append(
                 f"| {setting or '(base)'} | {len(rows)} | " + " | ".join(cells) + f" | {entry['learned']} | "
