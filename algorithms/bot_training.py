@@ -2,9 +2,12 @@
 
     squad, squad_params = load_policy("B-paper")
     _, env_params = jaxarena.make("Arena-v0", scenario="headroom")
-    checkpoints, metrics = train_bot(squad, squad_params, env_params, jax.random.PRNGKey(0),
+    checkpoints, metrics = train_bot(squad, squad_params, env_params, learned_bot_key(0),
                                      total_steps=2_000_000, num_envs=64, checkpoint_every=500_000)
     _, params = jaxarena.make("Arena-v0", scenario="headroom", bot="learned", bot_weights=checkpoints[-1])
+
+`learned_bot_key(seed)` (`jaxarena.key_streams`) is the selector's key for its bot: the seed's key
+with a stream constant of its own folded in, so the bot's episodes are none of the protocol's.
 
 The environment is `jaxarena.bot_arena.BotArena` (the bot learns, the squad's
 tag is redrawn every 5 s), the learner `algorithms.ppo_core`. The network is

@@ -126,6 +126,7 @@ def main():
         return
     from jaxarena.algorithms.checkpoint import load_policy
     from jaxarena.llm.tuning.grpo import GRPOConfig, make_grpo_step
+    from jaxarena.llm.tuning.train import grpo_key
     from jaxarena.protocol.policies import policy_env_id
 
     policy, policy_params = load_policy("B-obey-raid")
@@ -133,7 +134,7 @@ def main():
     config = GRPOConfig(episodes=args.grpo_episodes, states=args.batch, group=args.group)
     grpo, grpo_opt = make_grpo_step(env, params, policy, model, config)
     g_state = grpo_opt.init(adapter)
-    s = timed(lambda: grpo(adapter, g_state, base, policy_params, params, jax.random.key(0)), args.repeats)
+    s = timed(lambda: grpo(adapter, g_state, base, policy_params, params, grpo_key(0)), args.repeats)
     print(
         json.dumps(
             {

@@ -37,6 +37,7 @@ import jaxarena
 from jaxarena.algorithms.bot_training import train_bot
 from jaxarena.algorithms.checkpoint import load_policy
 from jaxarena.analysis.oracle import wilson
+from jaxarena.key_streams import learned_bot_key
 from jaxarena.llm.strategy_table import load_table
 from jaxarena.names import BOT_LEARNED
 from jaxarena.runner import make_runner
@@ -66,7 +67,7 @@ def main():
 
     t0 = time.perf_counter()
     bots, _ = train_bot(
-        policy, squad_params, base, jax.random.PRNGKey(args.bot_seed), total_steps=int(args.bot_steps), env_id=env_id
+        policy, squad_params, base, learned_bot_key(args.bot_seed), total_steps=int(args.bot_steps), env_id=env_id
     )
     bot_train_s = time.perf_counter() - t0
     weights = jax.tree.map(jnp.asarray, bots[-1])

@@ -23,6 +23,7 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_experim
 import jax
 
 from jaxarena.algorithms.ppo_core import make_core_trainer
+from jaxarena.key_streams import selector_key
 from jaxarena.runner import fixed_tags, make_runner
 from jaxarena.selector.train import SelectorConfig, build
 
@@ -42,7 +43,7 @@ def main():
     env, network, (policy, squad_params), population = build(config)
     trainer = make_core_trainer(env, network, config.core())
     run_updates = jax.jit(trainer.run_updates, static_argnums=1)
-    state = trainer.init(jax.random.PRNGKey(0))
+    state = trainer.init(selector_key(0))  # where jaxarena-train-selector's seed 0 starts
     t0 = time.perf_counter()
     state, _ = jax.block_until_ready(run_updates(state, args.updates))  # compile + warm
     compile_s = time.perf_counter() - t0

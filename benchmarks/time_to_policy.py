@@ -7,8 +7,9 @@ NPC wins against the balanced bot and >= 90% against the evasive one) the
 full check confirms it on `--full-episodes` per bot (default 1,000); the
 first point the full check passes is the run's time-to-policy. Evaluation
 episodes come from their own root keys (`--eval-seed`, + 1 for the full
-check), disjoint from the training stream, which starts from the config's
-seed.
+check), disjoint from the training stream, which starts where `jaxarena-train`'s
+does: `key_streams.training_key(seed)`, the seed's key with PPO's stream
+constant folded in (none of the protocol's keys).
 
 Time-to-policy counts training only: compiling the preset's update program
 (once per preset, charged to each of its runs) plus the jitted update
@@ -148,9 +149,11 @@ class Run:
     def __init__(self, preset: str, seed: int, program: dict, args):
         import jax
 
+        from jaxarena.key_streams import training_key
+
         self.preset, self.seed, self.program, self.args = preset, seed, program, args
         self.config = program["config"]
-        self.runner = jax.jit(program["trainer"].init)(jax.random.PRNGKey(seed))
+        self.runner = jax.jit(program["trainer"].init)(training_key(seed))
         self.train_s = program["compile_s"]  # a user starting from scratch pays the compile
         self.eval_s = 0.0
         self.done = False
@@ -206,6 +209,7 @@ def build_program(preset: str, args) -> dict:
     import jax
 
     from jaxarena.algorithms import PPOConfig, make_trainer
+    from jaxarena.key_streams import training_key
 
     sizes = {"num_envs": 8, "num_steps": 8} if args.smoke else {}
     schedule = {} if args.total_steps is None else {"total_timesteps": int(args.total_steps)}
@@ -213,7 +217,7 @@ def build_program(preset: str, args) -> dict:
     trainer = make_trainer(cfg)
     run = jax.jit(trainer.run_updates, static_argnums=1, donate_argnums=0)
     chunk = max(1, round(args.eval_every / cfg.steps_per_update))
-    template = jax.jit(trainer.init)(jax.random.PRNGKey(0))
+    template = jax.jit(trainer.init)(training_key(0))  # shapes only
     cache = {}
 
     def compiled(n):

@@ -131,16 +131,18 @@ def measure_rollout(cfg, timer: Timer):
 
     import jaxarena
     from jaxarena.algorithms import ActorCritic
+    from jaxarena.key_streams import training_key
 
     n_envs, n_steps = cfg.num_envs, cfg.num_steps
     env, params = jaxarena.make("Arena-v0")
     bot_types = jnp.arange(n_envs) % 3
     v_step = jax.vmap(lambda k, s, a, bt: env.step(k, s, a, params.replace(bot_type=bt)))
+    k_reset, k_net, key = jax.random.split(training_key(0), 3)  # PPO's stream, as a training run draws
     obs0, state0 = jax.vmap(lambda k, bt: env.reset(k, params.replace(bot_type=bt)))(
-        jax.random.split(jax.random.PRNGKey(0), n_envs), bot_types
+        jax.random.split(k_reset, n_envs), bot_types
     )
     net = ActorCritic(hidden=cfg.hidden, activation=cfg.activation)
-    net_params = net.init(jax.random.PRNGKey(1), obs0)
+    net_params = net.init(k_net, obs0)
 
     # 1. env only: random actions, keys split per step as PPO does.
     def env_only(state, key):
@@ -167,7 +169,6 @@ def measure_rollout(cfg, timer: Timer):
 
         return jax.lax.scan(body, (obs, state, key, 0.0), None, n_steps)[0][3]
 
-    key = jax.random.PRNGKey(2)
     timer.report("env_only", *timer.best(env_only, state0, key), n_envs * n_steps, cfg)
     timer.report("env_forward", *timer.best(env_forward, net_params, obs0, state0, key), n_envs * n_steps, cfg)
 
@@ -177,11 +178,12 @@ def measure_updates(configs: dict, updates: int, timer: Timer) -> dict[str, int]
     import jax
 
     from jaxarena.algorithms import make_trainer
+    from jaxarena.key_streams import training_key
 
     programs = {}
     for name, cfg in configs.items():
         trainer = make_trainer(cfg)
-        runner = jax.jit(trainer.init)(jax.random.PRNGKey(0))
+        runner = jax.jit(trainer.init)(training_key(0))
         programs[name] = (*timer.compile(lambda r, t=trainer: t.run_updates(r, updates), runner), runner)
     best = {name: float("inf") for name in configs}
     for _ in range(timer.repeats):  # round-robin: a load spike hits one round of every config

@@ -17,7 +17,7 @@ The streams, all here (the modules named use these values under their own names)
 | `PPO_STREAM` | PPO's runs: `jaxarena-train` (one run or `--seeds`), the time-to-policy benchmark (`training_key`) |
 | `SELECTOR_STREAM` | the RL selector's runs, `jaxarena-train-selector` (`selector_key`) |
 | `LEARNED_BOT_STREAM` | the learned bot the selector's population trains against (`learned_bot_key`) |
-| `SUMMARY_EVAL_STREAM` | reserved for the held-out episodes of `jaxarena-train`'s summary (today: `train_many.EVAL_KEY`) |
+| `SUMMARY_EVAL_STREAM` | reserved for `jaxarena-train`'s summary episodes (today `train_many.EVAL_KEY`) |
 | `DATA_STREAM` | the tag model's decision datasets, then the part index (`llm.tuning.data.part_key`) |
 | `GRPO_STREAM` | the tag model's GRPO steps, then the step (`llm.tuning.train.grpo_key`) |
 | `GLANCE_STREAM` | the glance model's steps: `GLANCE_STREAM + step` (`llm.tuning.glance.training_key`) |

@@ -166,13 +166,16 @@ def _adapter_fields(raw: dict, directory: Path) -> Card:
         steps=None,
         command="\n".join(raw["commands"]),
         win_rates=rates,
-        measured_by=f"jaxarena-tune-llm evaluate, {played['episodes_per_bot']} episodes per bot, seed {played['seed']}",
+        measured_by=f"jaxarena-tune-llm evaluate, {played['episodes_per_bot']} episodes per bot, seed {played['seed']}"
+        + (f" ({played['keys']})" if played.get("keys") else ""),
         note=raw["about"]
         + (
             f"; {raw['steps']} optimiser steps on recorded decisions, no env steps"
             if raw["method"] != "grpo"
             else f"; {raw['steps']} GRPO steps on states of its own play"
-        ),
+        )
+        # Where its training shared episodes with the protocol's keys, the card says so.
+        + (f". {raw['data_overlap']}" if raw.get("data_overlap") else ""),
         directory=directory,
     )
 

@@ -34,6 +34,7 @@ from flax import serialization
 
 from jaxarena.algorithms.ppo_core import CoreConfig, make_core_trainer, run_fns
 from jaxarena.cli_errors import ArgumentParser, cli_main
+from jaxarena.key_streams import learned_bot_key, selector_key
 from jaxarena.names import BOT_TYPES
 
 from .curves import plot_curves
@@ -172,7 +173,7 @@ def train(config: SelectorConfig, out: str | Path, progress: bool = True, seeds:
     trainer = make_core_trainer(env, network, config.core())
     batched = seeds > 1
     # One run, or the seeds' runs in one program: every leaf of a batched state has a leading seed axis.
-    keys = jnp.stack([jax.random.PRNGKey(c.seed) for c in configs]) if batched else jax.random.PRNGKey(config.seed)
+    keys = jnp.stack([selector_key(c.seed) for c in configs]) if batched else selector_key(config.seed)
     init, run_updates = run_fns(trainer, batched)
     state = jax.jit(init)(keys)
     bots = [_learned_bots(c, squad_policy, squad_params, d, progress) for c, d in zip(configs, dirs, strict=True)]
@@ -261,7 +262,7 @@ def _learned_bots(config: SelectorConfig, squad_policy, squad_params, out: Path,
 
     env_id = getattr(squad_policy, "env_id", "Arena-v0")
     _, params = jaxarena.make(env_id, scenario=config.scenario)
-    key = jax.random.fold_in(jax.random.PRNGKey(config.seed), 1000)
+    key = learned_bot_key(config.seed)
     steps = config.bot_steps * config.slots
     _log(progress, f"training the learned bot: {steps:,} env steps, {config.slots} checkpoints")
     t0 = time.perf_counter()

@@ -15,6 +15,10 @@ table one answer away would add, per bot:
    is played again beside the table. Taken on the selection keys alone, the
    largest of some thirty noisy differences would overstate it.
 
+The selection searches the protocol's own keys of `seed` on purpose (a protocol
+run with that seed plays those very episodes); the regrets it reports are the
+confirmed gains, measured on `confirm_seed`'s keys.
+
 The confirmed gain, floored at zero, is the regret. It is zero where no single
 change helps (and where no change gains on the selection keys, nothing is
 confirmed), which is what a table trained on the game's reward should reach.
@@ -223,8 +227,9 @@ def markdown(result: dict) -> str:
     bots = result["bots"]
     lines = [
         played_on(result, held_out="")
-        + " Every one-answer change of a table, in the cells its games glanced in, is played on them; the best one "
-        f"per bot, and the best one over the bots, again on the keys of seed {result['confirm_seed']}.",
+        + " Every one-answer change of a table, in the cells its games glanced in, is played on them (a search on "
+        "the protocol's own keys of that seed); the best one per bot, and the best one over the bots, again on the "
+        f"keys of seed {result['confirm_seed']}, where every regret below is measured.",
         "",
         "| table | " + " | ".join(bots) + " | mean over the bots (over the stock LLM's) | one change for every bot |",
         "|---|" + "---|" * (len(bots) + 2),

@@ -11,10 +11,13 @@ decision (nothing seen yet) and, after it, the nearest NPC's distance bin x
 the bot's approach bin (`deduction`'s bins): 10 cells, so 4^10 tables.
 
 - `search` improves a table by coordinate ascent on the squad's win rate
-  summed over the bots, on training episodes (the protocol's keys of another
-  seed). A change is kept only if the sum rises by at least `min_gain` (1.5
-  points) and no bot loses more than `max_loss` (3 points): a gain must not be
-  bought by giving up a bot.
+  summed over the bots, on training episodes. Those are the protocol's own
+  keys of another seed (`seed + 1`), on purpose: a protocol run with that seed
+  plays the very episodes the table was searched on (its first `--episodes`
+  per bot are the search's first), so nothing is reported on them. A change
+  is kept only if the sum rises by at least `min_gain` (1.5 points) and no bot
+  loses more than `max_loss` (3 points): a gain must not be bought by giving
+  up a bot.
 - `play` plays a table on the protocol's paired keys (held out), beside
   always-Aggressive (what the stock LLM answers on `raid`), and the same
   table with its first decision set to each tag in turn: what the blind first
@@ -169,8 +172,9 @@ def markdown(result: dict) -> str:
     table = result["table"]
     lines = [
         f"Scenario `{result['scenario']}`, squad `{result['policy']}`. Table searched on {result['search_episodes']} "
-        f"episodes per bot of seed {result['search_seed']}; played on {result['episodes']} held-out paired episodes "
-        f"per bot of seed {result['seed']}.",
+        f"episodes per bot of the protocol's own keys of seed {result['search_seed']} (a protocol run of seed "
+        f"{result['search_seed']} plays those episodes: none of the figures below is measured on them); played on "
+        f"{result['episodes']} held-out paired episodes per bot of seed {result['seed']}.",
         "",
         "Searched table (cells that differ from Aggressive): "
         + (", ".join(f"{names[c]} -> {TAG_NAMES[t]}" for c, t in enumerate(table) if t != AGGRESSIVE) or "none"),
@@ -219,7 +223,10 @@ def run_history_bound(
 def parser():
     p = study_parser("history_bound.py", __doc__, "history_bound", held_out=True)
     p.add_argument(
-        "--search-episodes", type=int, default=200, help="training episodes per bot of the search (seed + 1's keys)"
+        "--search-episodes",
+        type=int,
+        default=200,
+        help="training episodes per bot of the search (the protocol's keys of seed + 1)",
     )
     return p
 

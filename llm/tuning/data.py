@@ -42,6 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxarena.files import write_atomic
+from jaxarena.key_streams import DATA_STREAM
 from jaxarena.names import BOT_TYPES, NUM_TAGS
 
 SPLITS = ("train", "eval")
@@ -49,7 +50,6 @@ SOURCES = ("llm", "random")
 # Format 2: part keys fold in DATA_STREAM (format 1's parts 0-2 of seed 0 replayed the protocol's
 # seed-0 evaluation keys, so held-out episodes shared spawns with training data).
 DATA_FORMAT = 2
-DATA_STREAM = 0xDA7A
 
 
 @dataclasses.dataclass(frozen=True)

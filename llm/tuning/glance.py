@@ -57,6 +57,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxarena.key_streams import GLANCE_STREAM
 from jaxarena.names import BOT_TYPES, NPC_WIN, NUM_TAGS
 from jaxarena.runner import Start, make_runner
 
@@ -67,7 +68,7 @@ from .glance_learner import DEFAULT_LR, LEARNERS, TABLE_PRIORS, as_learner
 from .paired_play import squad_setup
 
 #: Training keys: fold_in(PRNGKey(seed), TRAINING_STREAM + step); the protocol's keys fold in a bot index (0..2).
-TRAINING_STREAM = 1 << 20
+TRAINING_STREAM = GLANCE_STREAM
 #: How a group picks the cell it asks about (`GlanceConfig.ask`): any cell, uniformly; or one that a scout
 #: lane, playing the group's spawn with the model's most likely answers, glanced in (`visited_cells`).
 ASK_RULES = ("any", "visited")

@@ -37,6 +37,7 @@ import numpy as np
 import optax
 
 from jaxarena.files import write_atomic
+from jaxarena.key_streams import GRPO_STREAM
 from jaxarena.names import BOT_TYPES
 
 from ..lora import LoraConfig, save_adapter
@@ -264,13 +265,9 @@ def _offline_step(config: TrainConfig, model: TagModel, data: Decisions):
     return (lambda ad, opt, i: update(ad, opt, model.base, _draw(pool, config, i))), optimizer.init(model.adapter)
 
 
-#: GRPO's episodes fold this stream into the seed's key, apart from the dataset's (`data.DATA_STREAM`)
-#: and from the protocol's evaluation keys, which fold a bot index (0..2).
-GRPO_STREAM = 0x6B0
-
-
 def grpo_key(seed: int) -> jax.Array:
-    """The root key of GRPO's training episodes under `seed` (step i plays `fold_in(root, i)`)."""
+    """The root key of GRPO's training episodes under `seed` (step i plays `fold_in(root, i)`): the seed's
+    key with `key_streams.GRPO_STREAM` folded in, apart from the dataset's and the protocol's keys."""
     return jax.random.fold_in(jax.random.key(seed), GRPO_STREAM)
 
 
