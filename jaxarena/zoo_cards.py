@@ -83,6 +83,9 @@ class Card:
     measured_by: str
     note: str
     directory: Path
+    #: Where the rates were measured, {"jax": version, "device": "cpu" or "gpu", "cores": n}: there they replay
+    #: exactly (the same win counts); None where the card does not say.
+    platform: dict | None = None
 
     @property
     def measured(self) -> bool:
@@ -119,7 +122,8 @@ def _zoo_card(raw: dict, directory: Path) -> Card:
         raise CardError(f"{directory / CARD_FILE}: status {raw['status']!r} is not one of {', '.join(STATUSES)}")
     rates, measured_by = _rates(raw["win_rates"], raw["name"])
     fields = {f: raw[f] for f in FIELDS if f not in ("format", "win_rates")}
-    return Card(**fields, win_rates=rates, measured_by=measured_by, directory=directory)
+    platform = raw["win_rates"].get("platform") if isinstance(raw["win_rates"], dict) else None
+    return Card(**fields, win_rates=rates, measured_by=measured_by, directory=directory, platform=platform)
 
 
 def _known_status(card: Card, directory: Path) -> Card:
@@ -177,6 +181,7 @@ def _adapter_fields(raw: dict, directory: Path) -> Card:
         # Where its training shared episodes with the protocol's keys, the card says so.
         + (f". {raw['data_overlap']}" if raw.get("data_overlap") else ""),
         directory=directory,
+        platform=played.get("platform"),
     )
 
 
@@ -239,6 +244,7 @@ def _glance_adapter_card(raw: dict, directory: Path) -> Card:
             f"{played['episodes_per_bot']} paired episodes per bot, seed {played['seed']}",
             note=f"{raw['about']}; {raw['steps']} steps of play" + _transfer_note(raw.get("transfer")),
             directory=directory,
+            platform=played.get("platform"),
         )
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         what = f"an incomplete glance adapter card ({type(exc).__name__}: {exc})"

@@ -385,7 +385,7 @@ def test_list_and_show(tmp_path, run_claims):
 
 @pytest.mark.slow
 def test_a_real_receipt_replays(tmp_path):
-    """a-win-rates: A and A-raid, 500 episodes per bot each (about 2 min on 2 cores)."""
+    """a-win-rates: A and A-raid, 500 episodes per bot each (about a CPU-minute; 2-3 min on 2 idle cores)."""
     done = subprocess.run(
         [sys.executable, "-m", "jaxarena.claims", "check", "a-win-rates", "--out", str(tmp_path)],
         capture_output=True,
