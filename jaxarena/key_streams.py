@@ -24,6 +24,11 @@ The streams, all here (the modules named use these values under their own names)
 
 `GLANCE_STREAM` starts a range, one constant per step; every other constant lies below it.
 
+The coder's scorer (`jaxarena.coder.batch_rollout`) folds no constant: it keys episode e against bot b
+as `fold_in(fold_in(key(seed), b), e)` (with partitionable keys, the protocol's episode key), but a lane
+resets from a split of it (`jaxarena.coder.lanes`), so no scored episode starts where a protocol
+episode does (checked with the others).
+
 Within one key, streams of their own keep draws apart from the episodes' keys (which fold 0, 1, ...):
 the runner's tag source folds 0x7FFFFFFF into the batch's key (`jaxarena.runner`), the learned bot's
 action sampling folds 0x1EA54ED into its tick's key (`jaxarena.learned_bot`), and the protocol prices a

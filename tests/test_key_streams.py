@@ -31,6 +31,8 @@ from jaxarena.algorithms import PPOConfig, train_loop
 from jaxarena.algorithms.bot_training import train_bot
 from jaxarena.algorithms.ppo_core import CoreConfig, CoreEnv, make_core_trainer
 from jaxarena.algorithms.train_many import EVAL_KEY
+from jaxarena.coder.batch_rollout import episode_keys
+from jaxarena.coder.score_types import ScoreConfig
 from jaxarena.key_streams import learned_bot_key, selector_key, training_key
 from jaxarena.llm.tuning import data, glance
 from jaxarena.llm.tuning.data import SOURCES, SPLITS, DataConfig, part_key
@@ -192,6 +194,14 @@ def _glance_resets(seeds, steps: int, bots: int, spawns_per_bot: int):
     return jax.vmap(lambda s: jax.vmap(lambda i: over_bots(s, i, jnp.arange(bots)))(jnp.arange(steps)))(seeds)
 
 
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _coder_resets(seeds, bots: int, episodes: int):
+    """The coder's scorer (`coder.batch_rollout`): job (bot, episode) is keyed as the protocol keys its
+    episode, but a lane resets from `fold_in(split(job key, 1)[0], 0)` (`coder/lanes.py`), a runner of one."""
+    jobs = jax.vmap(lambda s: jax.vmap(lambda b: episode_keys(s, b, episodes))(jnp.arange(bots)))(seeds)
+    return runner_reset_keys(raw(jobs), 1)
+
+
 def training_streams() -> dict[str, jax.Array]:
     """Stream name -> the reset keys of its episodes, for training seeds 0-19 (the commands' default sizes)."""
     seeds = list(TRAINING_SEEDS)
@@ -218,6 +228,7 @@ def training_streams() -> dict[str, jax.Array]:
         "tag model's dataset parts": _data_resets(array, len(parts), data_config.episodes),
         "GRPO steps": _grpo_resets(array, grpo.steps, grpo.episodes),
         "glance steps": _glance_resets(array, glance_config.steps, len(glance_config.bots), glance_config.spawns),
+        "coder's scoring episodes": _coder_resets(array, len(BOT_TYPES), ScoreConfig().episodes_per_bot),
     }
 
 
