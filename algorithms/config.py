@@ -168,7 +168,8 @@ class PPOConfig:
             raise ValueError(f"approach_range must be a finite distance >= 0 (arena units), got {self.approach_range}")
         if self.ent_target is not None and not 0.0 <= self.ent_target:
             raise ValueError(f"ent_target must be >= 0 (nats) or None, got {self.ent_target}")
-        for name in ("num_envs", "num_steps", "update_epochs", "num_minibatches", "hidden", "tag_period_ticks"):
+        names = ("total_timesteps", "num_envs", "num_steps", "update_epochs", "num_minibatches", "hidden")
+        for name in (*names, "tag_period_ticks"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if (self.num_envs * self.num_steps * 5) % self.num_minibatches:

@@ -34,7 +34,8 @@ from pathlib import Path
 import numpy as np
 
 from jaxarena import cli_errors
-from jaxarena.cli_errors import ArgumentParser, UserError, cli_main
+from jaxarena.cli_errors import ArgumentParser, UserError, cli_main, int_at_least, step_count
+from jaxarena.files import check_folder
 from jaxarena.registry import ARENA_IDS
 from jaxarena.scenarios import SCENARIOS
 from jaxarena.types import BOT_TYPES
@@ -61,7 +62,7 @@ def parse_args(argv=None) -> argparse.Namespace:
             "fast_evasive; options override it"
         ),
     )
-    p.add_argument("--total-steps", type=float, default=None, help="env steps (arena ticks), e.g. 2e7")
+    p.add_argument("--total-steps", type=step_count, default=None, help="env steps (arena ticks), e.g. 2e7")
     p.add_argument("--out", required=True, help="run directory (config, checkpoints, metrics, plot)")
     p.add_argument("--env", dest="env_id", choices=ARENA_IDS, default=None, help="arena variant (default Arena-v0)")
     p.add_argument("--scenario", choices=tuple(SCENARIOS), default=None, help="arena preset (default paper)")
@@ -71,7 +72,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=None, help="training seed (with --seeds: the first of them; default 0)")
     p.add_argument(
         "--seeds",
-        type=_positive_int,
+        type=int_at_least(1),
         default=1,
         metavar="N",
         help="train N seeds (--seed, --seed + 1, ...) in one compiled program, each in OUT/seed_S",
@@ -101,13 +102,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--wandb-project", default=None, help="W&B project (default $WANDB_PROJECT or jaxarena)")
     p.add_argument(
         "--eval-episodes",
-        type=int,
+        type=int_at_least(0),
         default=200,
         help="with --seeds or --sweep: held-out episodes per bot for each run's final win rates (0: none)",
     )
-    p.add_argument("--chunk", type=int, default=10, help="updates per jitted call (one metrics/progress step)")
-    p.add_argument("--checkpoint-every", type=int, default=1, help="save every N chunks")
-    p.add_argument("--keep", type=int, default=2, help="checkpoints to keep (0: all)")
+    p.add_argument(
+        "--chunk", type=int_at_least(1), default=10, help="updates per jitted call (one metrics/progress step)"
+    )
+    p.add_argument("--checkpoint-every", type=int_at_least(1), default=1, help="save every N chunks")
+    p.add_argument("--keep", type=int_at_least(0), default=2, help="checkpoints to keep (0: all)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--resume", action="store_true", help="require a checkpoint in --out and continue it")
     g.add_argument("--fresh", action="store_true", help="delete --out's checkpoints and metrics, start over")
@@ -115,13 +118,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-progress", action="store_true", help="no progress bar (the log lines still print)")
     distributed.add_arguments(p)
     return p.parse_args(argv)
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def _config_from_args(args, base: PPOConfig | None) -> PPOConfig:
@@ -132,7 +128,7 @@ def _config_from_args(args, base: PPOConfig | None) -> PPOConfig:
     if args.combination is not None:
         changes["combination"] = args.combination
     if args.total_steps is not None:
-        changes["total_timesteps"] = int(args.total_steps)
+        changes["total_timesteps"] = args.total_steps
     for name in ("env_id", "scenario", "seed", "num_envs", "num_steps", "lr", "hidden"):
         if getattr(args, name) is not None:
             changes[name] = getattr(args, name)
@@ -153,12 +149,20 @@ def _config_from_args(args, base: PPOConfig | None) -> PPOConfig:
         fixed = {k for k in changes if k not in ("total_timesteps",) and changes[k] != fields[k]}
         if fixed:
             raise UserError(f"resuming: cannot change {sorted(fixed)} of an existing run (use --fresh or a new --out)")
-    return cfg.replace(**changes)  # a bad value raises ValueError: a one-line user error
+    cfg = cfg.replace(**changes)  # a bad value raises ValueError: a one-line user error
+    if args.total_steps is not None and args.total_steps < cfg.steps_per_update:  # a run trains whole updates
+        raise UserError(
+            f"--total-steps {args.total_steps} is less than one update ({cfg.steps_per_update} env steps: --num-envs "
+            f"{cfg.num_envs} x --num-steps {cfg.num_steps}): give --total-steps {cfg.steps_per_update} or more, "
+            "or lower --num-envs or --num-steps"
+        )
+    return cfg
 
 
 @cli_main("jaxarena-train")
 def main(argv=None) -> int:
     args = parse_args(argv)
+    check_folder(args.out, "--out")  # before anything runs: a file in the way would fail the first write
     # Set before JAX creates its CPU backend (importing jax does not). Measured
     # in benchmarks/train_throughput.py: YNNPACK fusions slow this workload.
     if not args.keep_xla_flags and YNN_FLAG not in os.environ.get("XLA_FLAGS", ""):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 from pathlib import Path
 
@@ -30,8 +31,19 @@ def host_metrics(metrics: dict, i: int) -> dict:
     return row
 
 
+def json_line(row: dict) -> str:
+    """A metrics row as a line of strict JSON: a NaN or infinite number (no episode ended) is written null."""
+    finite = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
+    return json.dumps(finite, allow_nan=False) + "\n"
+
+
+def read_row(line: str) -> dict:
+    """A row of metrics.jsonl as the run held it: null read back as NaN (older files' bare NaN reads too)."""
+    return {k: float("nan") if v is None else v for k, v in json.loads(line).items()}
+
+
 class MetricsLog:
-    """Append-only metrics.csv + metrics.jsonl; truncated to the restored update on resume.
+    """Append-only metrics.csv + metrics.jsonl (strict JSON, `json_line`); truncated to the restored update on resume.
 
     With `write=False` (the processes other than 0 of a multi-process run) nothing is read or written;
     the new rows are kept in memory only.
@@ -45,7 +57,7 @@ class MetricsLog:
         if self.write and self.jsonl_path.exists():
             for line in self.jsonl_path.read_text().splitlines():
                 if line.strip():
-                    row = json.loads(line)
+                    row = read_row(line)
                     if row["update"] <= upto_update:
                         self.rows.append(row)
         self._rewrite()
@@ -54,7 +66,7 @@ class MetricsLog:
         if not self.write:
             return
         with open(self.jsonl_path, "w") as f:
-            f.writelines(json.dumps(row) + "\n" for row in self.rows)
+            f.writelines(json_line(row) for row in self.rows)
         with open(self.csv_path, "w", newline="") as f:
             if self.rows:
                 w = csv.DictWriter(f, fieldnames=list(self.rows[0]))
@@ -67,7 +79,7 @@ class MetricsLog:
         if not self.write:
             return
         with open(self.jsonl_path, "a") as f:
-            f.writelines(json.dumps(row) + "\n" for row in rows)
+            f.writelines(json_line(row) for row in rows)
             f.flush()
             os.fsync(f.fileno())
         with open(self.csv_path, "a", newline="") as f:

@@ -27,7 +27,7 @@ import numpy as np
 
 import jaxarena.batched_rules as rules
 
-from .checks import check_range
+from .checks import check_params, check_range
 from .env import Arena, auto_reset
 from .spawn import _NUM_UNIFORMS, _mix32
 from .types import (
@@ -59,11 +59,38 @@ def batch_first(tree):
     return jax.tree.map(lambda x: jnp.moveaxis(x, -1, 0), tree)
 
 
+def batch_size(state: EnvState) -> int:
+    """N, the arenas of a batch-last state; a ValueError saying how to convert a state of another layout."""
+    t, pos = jnp.shape(state.t), jnp.shape(state.npc_pos)
+    if len(t) == 1 and pos == (NUM_NPCS, 2, t[0]):
+        return t[0]
+    if len(t) == 1 and pos == (t[0], NUM_NPCS, 2):
+        raise ValueError(
+            f"BatchedArena wants the state batch-last, as its reset returns it (npc_pos ({NUM_NPCS}, 2, N)); this "
+            f"one is batch-first (npc_pos {pos}), as jax.vmap(env.reset) returns it: pass "
+            "jaxarena.batched.batch_last(state)"
+        )
+    raise ValueError(
+        f"BatchedArena wants a batch-last state of N arenas, as its reset returns it (t (N,), npc_pos "
+        f"({NUM_NPCS}, 2, N)), got t {t} and npc_pos {pos}"
+    )
+
+
 class BatchedArena:
     """N `Arena-v0` arenas stepped at once; see the module docstring."""
 
-    def __init__(self, env: Arena | None = None):
+    def __init__(self, env: Arena | str | None = None):
+        """`env`: an `Arena` (`jaxarena.make(...)[0]`), or an env id, "Arena-v0", that `jaxarena.make` builds."""
+        if isinstance(env, str):
+            from .registry import make
+
+            env = make(env)[0]
         env = Arena() if env is None else env
+        if not isinstance(env, Arena):
+            pair = " (jaxarena.make returns (env, params): pass env)" if isinstance(env, tuple) else ""
+            raise TypeError(
+                f"BatchedArena takes an Arena or an env id, e.g. 'Arena-v0', got {type(env).__name__}{pair}"
+            )
         if env.observe_facing or env.observe_formation:
             raise ValueError(
                 f"BatchedArena plays Arena-v0's observation; {env.env_id} is not supported: use jax.vmap(env.step)"
@@ -94,6 +121,7 @@ class BatchedArena:
                     f"BatchedArena supports {name} < {limit}, got {top}: "
                     "use jax.vmap(env.step) for the learned bot and the intent and obey shaping"
                 )
+        check_params(params)  # as env.step checks them: concrete values only
         return params
 
     @staticmethod
@@ -114,7 +142,7 @@ class BatchedArena:
         """One tick of every arena with auto-reset: as `jax.vmap(env.step)`, the state batch-last."""
         raw = actions
         params, keys, actions = self.checked_params(params), self._keys(keys), jnp.asarray(actions)
-        n = state.t.shape[-1]
+        n = batch_size(state)
         if actions.shape != (n, NUM_NPCS) or keys.shape[0] != n:
             raise ValueError(
                 f"a state of {n} arenas needs actions of shape ({n}, {NUM_NPCS}) and {n} keys, "

@@ -70,6 +70,27 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(USAGE_EXIT, f"{self.prog}: error: {one_line(message)} (see {self.prog} -h)\n")
 
 
+def int_at_least(low: int) -> Callable[[str], int]:
+    """An argparse `type`: an int >= `low`. argparse names the option: `argument --chunk: must be >= 1, got 0`."""
+
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+
+    parse.__name__ = "int"  # a word is "invalid int value: 'x'", as with type=int
+    return parse
+
+
+def step_count(text: str) -> int:
+    """An argparse `type`: a whole number of steps >= 1, in an int or a float spelling (`2e7`)."""
+    value = float(text)
+    if not 1 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a whole number of env steps >= 1, e.g. 2e7, got {text}")
+    return int(value)
+
+
 def cli_main(prog: str) -> Callable[[Callable[..., int | None]], Callable[..., int | None]]:
     """Decorates a console script's `main(argv=None)`: a user error is one stderr line and exit status 2."""
 

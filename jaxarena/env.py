@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .bots import BotState, World, scripted_bot
-from .checks import check_key, check_range
+from .checks import check_key, check_params, checked_actions
 from .formations import SLOT_FEATURES, slot_features
 from .learned_bot import learned_move
 from .names import tag_index
@@ -63,6 +63,9 @@ class Arena:
         Dead NPCs do nothing. A concrete out-of-range value raises
         ValueError; under `jit`, where values cannot be checked without a
         host round trip, an out-of-range value does nothing.
+    Params: concrete params (not traced by `jit` or `vmap`) are checked by
+        `reset` and `step` as `jaxarena.make` checks its values: a
+        ValueError names the field and its valid range.
     Reward: float32 (5,): the shared team reward (bot damage / 300, +1 kill,
         -1 wipe), which is all `Arena-v0`'s default params pay (Combination
         A's reward). Only with `shaping_weight` > 0, which whoever plays with
@@ -150,6 +153,7 @@ class Arena:
         """Start an episode. Returns (obs (5, obs_size), state)."""
         check_key(key, "reset's key")
         params = self._default_params if params is None else params
+        check_params(params)  # concrete params only: nothing of it enters a compiled program
         state = initial_state(key, params)
         return self.observe(state, params), state
 
@@ -162,6 +166,7 @@ class Arena:
         """
         check_key(key, "step's key")
         params = self._default_params if params is None else params
+        check_params(params)
         actions = checked_actions(actions)
         stepped, reward, terminated, truncated, info = self.step_env(key, state, actions, params)
         done = terminated | truncated
@@ -384,17 +389,3 @@ def outcome_of(state: EnvState) -> jax.Array:
 def observation_low(obs_size: int) -> np.ndarray:
     """(obs_size,) float32 lower bounds of an observation row: 0 for Table 3's floats, -1 for the extras."""
     return np.where(np.arange(obs_size) < OBS_SIZE, 0.0, -1.0).astype(np.float32)
-
-
-def checked_actions(actions) -> jax.Array:
-    """Reject a wrong shape or dtype at trace time, and a concrete out-of-range value, with a message that helps."""
-    raw, actions = actions, jnp.asarray(actions)
-    if actions.shape != (NUM_NPCS,):
-        raise ValueError(
-            f"actions must have shape ({NUM_NPCS},), one per NPC, got {actions.shape}; "
-            "for a batch of arenas, jax.vmap env.step"
-        )
-    if not jnp.issubdtype(actions.dtype, jnp.integer):
-        raise TypeError(f"actions must be integers in 0..{NUM_ACTIONS - 1}, got dtype {actions.dtype}")
-    check_range(raw, NUM_ACTIONS, "each NPC's action (Table 4)")
-    return actions.astype(jnp.int32)

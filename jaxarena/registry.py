@@ -8,6 +8,7 @@ import importlib
 import jax.numpy as jnp
 import numpy as np
 
+from .checks import check_values
 from .env import Arena
 from .learned_bot import check_bot_weights
 from .names import BOT_LEARNED, bot_index
@@ -104,56 +105,6 @@ def arena_for(env_id: str, params: EnvParams, scenario: str = DEFAULT_SCENARIO) 
     if env_id not in OBSERVATIONS:
         raise ValueError(f"unknown arena id {env_id!r}; arena ids: {', '.join(ARENA_IDS)}")
     return Arena(params, scenario=scenario, **OBSERVATIONS[env_id])
-
-
-# Fields that must be > 0 (a count, a size or a duration of nothing is meaningless)
-# and those that must be >= 0 (0 is a legitimate dummy: a bot that stands still or
-# does no damage isolates the other rules in tests and probes).
-_POSITIVE = (
-    "bot_hp",
-    "npc_hp",
-    "bot_melee_range",
-    "npc_melee_range",
-    "orb_range",
-    "orb_speed",
-    "bot_melee_cooldown",
-    "npc_melee_cooldown",
-    "orb_cooldown",
-    "arena_size",
-    "unit_radius",
-    "dt",
-    "episode_s",
-    "decision_period_s",
-    "balanced_phase_min_s",
-    "balanced_phase_max_s",
-    "bot_avoid_distance",
-)
-_NON_NEGATIVE = ("bot_speed", "npc_speed", "bot_melee_damage", "npc_melee_damage", "orb_damage")
-
-
-def check_values(params: EnvParams) -> None:
-    """Refuse physically meaningless values, naming the field and the rule.
-
-    HP, ranges, cooldowns, sizes and durations must be > 0; speeds and damage
-    >= 0 (0 makes a still or harmless dummy); the balanced bot's phase bounds
-    need min <= max; `bot_cleave` is 0 (off) or 1 (on), `shaping_recipe` 0, 1 or 2.
-    """
-    for name in _POSITIVE:
-        value = float(np.asarray(getattr(params, name)))
-        if not value > 0.0:
-            raise ValueError(f"{name} must be > 0, got {value}")
-    for name in _NON_NEGATIVE:
-        value = float(np.asarray(getattr(params, name)))
-        if not value >= 0.0:
-            raise ValueError(f"{name} must be >= 0, got {value}")
-    lo, hi = float(np.asarray(params.balanced_phase_min_s)), float(np.asarray(params.balanced_phase_max_s))
-    if lo > hi:
-        raise ValueError(f"balanced_phase_min_s ({lo}) must be <= balanced_phase_max_s ({hi})")
-    if float(np.asarray(params.bot_cleave)) not in (0.0, 1.0):
-        raise ValueError(f"bot_cleave must be 0 (off) or 1 (on), got {float(np.asarray(params.bot_cleave))}")
-    recipe = float(np.asarray(params.shaping_recipe))
-    if recipe not in (0.0, 1.0, 2.0):
-        raise ValueError(f"shaping_recipe must be 0 (Table 5, 'paper'), 1 ('intent') or 2 ('obey'), got {recipe}")
 
 
 def _checked_overrides(overrides: dict) -> dict:

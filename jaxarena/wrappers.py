@@ -175,7 +175,8 @@ class MultiAgentArena(GymnaxWrapper):
                 )
                 + " (a dead NPC's action is ignored: pass any, e.g. 0)"
             )
-        stacked = jnp.stack([jnp.asarray(actions[a]).reshape(()) for a in self.agents]).astype(jnp.int32)
+        # Not cast: env.step refuses float (and NaN) actions, and concrete ones out of range, in its own words.
+        stacked = jnp.stack([jnp.asarray(actions[a]).reshape(()) for a in self.agents])
         obs, next_state, reward, done, info = self._env.step(key, state, stacked, self.params)
         if reset_state is not None:
             next_state = jax.tree.map(lambda r, s: jnp.where(done, r, s), reset_state, next_state)

@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from jaxarena.cli_errors import ArgumentParser, cli_main
+from jaxarena.files import check_folder
 from jaxarena.llm.backends import LLM_SPECS, parse_llm_spec
 from jaxarena.llm.choice import DECODE_MODES
 from jaxarena.names import BOT_TYPES
@@ -279,6 +280,9 @@ def config_from_args(args: argparse.Namespace) -> ProtocolConfig:
 @cli_main("jaxarena-evaluate")
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    check_folder(args.out, "--out")  # before anything runs: a file in the way would fail the first write
+    if args.run_id:
+        check_folder(Path(args.out) / args.run_id, "--run-id")
     try:
         config = config_from_args(args)
     except ValueError as exc:

@@ -307,3 +307,44 @@ def test_jitted_and_vmapped_steps_still_run_with_the_checks():
     # The same step unbatched gives the same state as lane 1 of the batched one.
     _, single, _, _, _ = jax.jit(env.step)(keys[1], jax.tree.map(lambda x: x[1], states), actions[1], params)
     chex.assert_trees_all_close(single, jax.tree.map(lambda x: x[1], states2))
+
+
+# (field, bad value, the words of the refusal): what `params.replace` lets through, caught where the params enter.
+BAD_PARAMS = [
+    ("arena_size", 0.0, "arena_size must be > 0, got 0.0"),
+    ("npc_speed", -1.0, "npc_speed must be >= 0, got -1.0"),
+    ("bot_hp", float("nan"), "bot_hp must be > 0, got nan"),
+    ("wipe_penalty", float("inf"), "wipe_penalty must be finite, got inf"),
+    ("bot_type", 7, "bot_type must be 0 (aggressive), 1 (evasive), 2 (balanced) or 3 (learned), got 7"),
+]
+
+
+@pytest.mark.parametrize("field, value, words", BAD_PARAMS, ids=[c[0] for c in BAD_PARAMS])
+def test_concrete_params_from_replace_are_checked_where_reset_and_step_take_them(field, value, words):
+    import re
+
+    env, params = jaxarena.make("Arena-v0")
+    key = jax.random.key(0)
+    _, state = env.reset(key, params)
+    bad = params.replace(**{field: value})
+    with pytest.raises(ValueError, match=re.escape(words)):
+        env.reset(key, bad)
+    with pytest.raises(ValueError, match=re.escape(words)):
+        env.step(key, state, jnp.zeros((5,), jnp.int32), bad)
+    with pytest.raises(ValueError, match=re.escape(words)):  # shared by a vmap: still concrete, still checked
+        jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(key, 2), bad)
+    with pytest.raises(ValueError, match=re.escape(words)):  # an env built on them refuses them at its first reset
+        jaxarena.Arena(bad).reset(key)
+    with pytest.raises(ValueError, match=re.escape(words)):  # a batch of concrete values is checked value by value
+        env.reset(key, params.replace(**{field: jnp.asarray([getattr(params, field), value])}))
+
+
+def test_traced_params_are_not_checked_and_no_check_enters_the_compiled_step():
+    env, params = jaxarena.make("Arena-v0")
+    key = jax.random.key(0)
+    _, state = env.reset(key, params)
+    jax.jit(env.reset)(key, params.replace(arena_size=0.0))  # traced: a Python check cannot read it
+    actions = jnp.zeros((5,), jnp.int32)
+    traced = jax.jit(env.step).lower(key, state, actions, params).as_text()
+    closed = jax.jit(lambda k, s, a: env.step(k, s, a, params)).lower(key, state, actions).as_text()
+    assert "callback" not in traced and "callback" not in closed

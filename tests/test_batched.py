@@ -149,3 +149,33 @@ def test_the_outcome_rates_of_10000_episodes_agree():
         if table.shape[1] > 1:
             assert stats.chi2_contingency(table).pvalue > 0.01, (bot, table)
         np.testing.assert_allclose(mine[bot], ref[bot], rtol=0.05, atol=20)
+
+
+def test_a_batch_first_state_is_refused_with_the_conversion():
+    env, params = jaxarena.make("Arena-v0")
+    keys = jax.random.split(jax.random.key(0), 4)
+    actions = jnp.zeros((4, 5), jnp.int32)
+    arena = BatchedArena(env)
+    _, first = jax.vmap(env.reset, in_axes=(0, None))(keys, params)  # what a vmapped env carries
+    want = r"batch-last.*batch-first \(npc_pos \(4, 5, 2\).*jaxarena\.batched\.batch_last\(state\)"
+    with pytest.raises(ValueError, match=want):
+        arena.step(keys, first, actions, params)
+    with pytest.raises(ValueError, match=want):  # shapes are static: refused under jit too
+        jax.jit(arena.step)(keys, first, actions, params)
+    with pytest.raises(ValueError, match=r"a batch-last state of N arenas"):  # one arena's state
+        arena.step(keys, jax.tree.map(lambda x: x[0], first), actions, params)
+    arena.step(keys, batch_last(first), actions, params)  # converted, it steps
+
+
+def test_an_env_id_builds_the_batched_arena_and_anything_else_is_named():
+    env, params = jaxarena.make("Arena-v0")
+    keys = jax.random.split(jax.random.key(0), 4)
+    arena = BatchedArena("Arena-v0")  # an id, as jaxarena.make takes it
+    assert arena.env.env_id == "Arena-v0"
+    chex.assert_trees_all_equal(arena.reset(keys, params), BatchedArena(env).reset(keys, params))
+    with pytest.raises(ValueError, match="ArenaFacing-v0 is not supported"):
+        BatchedArena("ArenaFacing-v0")
+    with pytest.raises(ValueError, match="unknown env id 'Arena-v9'"):
+        BatchedArena("Arena-v9")
+    with pytest.raises(TypeError, match=r"jaxarena\.make returns \(env, params\)"):
+        BatchedArena(jaxarena.make("Arena-v0"))

@@ -188,3 +188,59 @@ def test_an_interrupted_tuning_command_says_whether_it_resumes_without_a_traceba
     monkeypatch.setattr(cli, "_data", interrupted)  # the dataset is written as it goes
     assert cli.main(["data", "--out", str(tmp_path)]) == 130
     assert capsys.readouterr().err == "jaxarena-tune-llm: interrupted; run the same command again to resume\n"
+
+
+#: A training run small enough that, were a bad number let through, the test would find out in seconds.
+TINY_TRAIN = ["--num-envs", "4", "--num-steps", "8", "--hidden", "8", "--total-steps", "64", "--chunk", "1"]
+TINY_TRAIN += ["--no-progress", "--keep-xla-flags", "--eval-episodes", "0", "--set", "update_epochs=1"]
+
+# (arguments after TINY_TRAIN, which they override, and words the one line must hold)
+BAD_TRAINING_NUMBERS = [
+    (["--checkpoint-every", "0"], "argument --checkpoint-every: must be >= 1, got 0"),
+    (["--chunk", "0"], "argument --chunk: must be >= 1, got 0"),
+    (["--chunk", "-1"], "argument --chunk: must be >= 1, got -1"),
+    (["--total-steps", "-1"], "argument --total-steps: must be a whole number of env steps >= 1"),
+    (["--total-steps", "0"], "argument --total-steps: must be a whole number of env steps >= 1"),
+    (["--total-steps", "nan"], "argument --total-steps: must be a whole number of env steps >= 1"),
+    (["--total-steps", "10"], "--total-steps 10 is less than one update (32 env steps"),
+    (["--seeds", "2", "--total-steps", "10"], "--total-steps 10 is less than one update (32 env steps"),
+    (["--eval-episodes", "-1"], "argument --eval-episodes: must be >= 0, got -1"),
+    (["--keep", "-1"], "argument --keep: must be >= 0, got -1"),
+    (["--seeds", "2", "--chunk", "0"], "argument --chunk: must be >= 1, got 0"),
+]
+
+
+@pytest.mark.parametrize("bad, words", BAD_TRAINING_NUMBERS, ids=[" ".join(c[0]) for c in BAD_TRAINING_NUMBERS])
+def test_a_bad_training_number_is_refused_before_anything_is_trained_or_written(
+    tmp_path, capsys, monkeypatch, bad, words
+):
+    from jaxarena.algorithms.train_loop import main
+
+    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))
+    out = tmp_path / "out"
+    code, err = _run(main, [*TINY_TRAIN, "--out", str(out), *bad], capsys)
+    _assert_one_line("jaxarena-train", code, err, words)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "prog, argv",
+    [
+        ("jaxarena-train", TINY_TRAIN),
+        ("jaxarena-train", [*TINY_TRAIN, "--seeds", "2"]),
+        ("jaxarena-evaluate", ["--combinations", "A", "--episodes", "1", "--no-progress"]),
+    ],
+    ids=["train", "train --seeds 2", "evaluate"],
+)
+@pytest.mark.parametrize("below", [False, True], ids=["the file", "a folder in the file"])
+def test_an_out_that_names_a_file_is_one_line_that_says_so_and_the_file_is_kept(
+    tmp_path, capsys, monkeypatch, prog, argv, below
+):
+    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))
+    taken = tmp_path / "notes.txt"
+    taken.write_text("keep me\n")
+    out = taken / "run" if below else taken
+    code, err = _run(_mains()[prog], [*argv, "--out", str(out)], capsys)
+    _assert_one_line(prog, code, err, f"--out {out}", f"{taken} is a file, not a folder")
+    assert "Errno" not in err
+    assert taken.read_text() == "keep me\n" and sorted(tmp_path.iterdir()) == [taken]

@@ -173,3 +173,18 @@ def test_multi_agent_view_names_missing_and_unknown_agents():
         env.observation_space("bot")
     _, _, rewards, _, _ = env.step(jax.random.key(1), state, actions)  # the whole dict still steps
     assert set(rewards) == set(env.agents)
+
+
+@pytest.mark.parametrize("bad", [2.7, float("nan"), np.float32(1.0), jnp.float32(0.0)], ids=repr)
+def test_the_jaxmarl_view_refuses_float_actions_in_the_words_env_step_uses(bad):
+    marl = jaxarena.make_jaxmarl("Arena-v0")
+    env, params = jaxarena.make("Arena-v0")
+    _, state = marl.reset(jax.random.key(0))
+    actions = {a: (bad if i == 2 else 0) for i, a in enumerate(marl.agents)}
+    with pytest.raises(TypeError) as want:
+        env.step(jax.random.key(1), state, jnp.stack([jnp.asarray(v) for v in actions.values()]), params)
+    with pytest.raises(TypeError) as got:
+        marl.step(jax.random.key(1), state, actions)
+    assert str(got.value) == str(want.value) and "actions must be integers in 0..5" in str(got.value)
+    with pytest.raises(TypeError, match="actions must be integers in 0..5"):  # a dtype is known under jit too
+        jax.jit(marl.step)(jax.random.key(1), state, {a: jnp.float32(0.0) for a in marl.agents})

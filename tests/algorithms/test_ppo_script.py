@@ -37,6 +37,9 @@ def test_train_script_writes_everything_and_resumes(tmp_path, capsys):
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["update"] for r in rows] == [1, 2, 3]
     assert (out / "learning_curve.png").stat().st_size > 1000
+    # 144 env steps are inside the collapse checks' grace period: the verdict is written, and clear.
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["collapse"] == {"collapsing": False, "flag": None, "events": []}
     printed = capsys.readouterr().out
     assert "checkpoint:" in printed and "metrics:" in printed
 
@@ -83,3 +86,24 @@ def test_warm_start_from_the_shipped_b_freezes_and_restarts_the_chosen_experts(t
         # Experts 0-2 are B's to the bit. Expert 3 (layers 6, 7 and out_3) started over: two updates
         # at lr 3e-4 move a weight by about 1e-3, a fresh draw by far more.
         assert gap > 0.1 if name.endswith(("_6", "_7", "_out_3")) else gap == 0.0, (name, gap)
+
+
+def _strict(token: str):
+    raise ValueError(f"not JSON: {token}")
+
+
+def test_metrics_jsonl_is_strict_json_with_null_for_a_missing_number_and_reads_back_as_nan(tmp_path):
+    from jaxarena.algorithms.train_metrics import MetricsLog
+
+    row = {"update": 1, "env_steps": 32, "return_mean": float("nan"), "entropy": float("inf"), "wall_s": 0.5}
+    log = MetricsLog(tmp_path, 0)
+    log.append([row, {**row, "update": 2, "env_steps": 64, "return_mean": 0.25, "entropy": 1.5}])
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    rows = [json.loads(line, parse_constant=_strict) for line in lines]  # NaN, Infinity: refused
+    assert [(r["return_mean"], r["entropy"]) for r in rows] == [(None, None), (0.25, 1.5)]
+    # A resume reads the rows back with NaN where no number was, as the run held them.
+    resumed = MetricsLog(tmp_path, 2)
+    assert np.isnan(resumed.rows[0]["return_mean"]) and np.isnan(resumed.rows[0]["entropy"])
+    assert resumed.rows[1]["return_mean"] == 0.25
+    rows = [json.loads(line, parse_constant=_strict) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["return_mean"] is None  # and rewrites them strict too

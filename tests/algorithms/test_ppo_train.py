@@ -87,6 +87,13 @@ def test_frozen_tag_experts_keep_their_weights_and_the_others_learn():
             TINY.replace(tag_experts=True, init_from="B", frozen_tags=frozen, tags=tags, fresh_tags=(3,))
 
 
+@pytest.mark.parametrize("bad", [0, -1])
+def test_a_config_of_no_env_steps_is_refused(bad):
+    # num_updates is at least 1: without the check a run of no env steps would still train one update.
+    with pytest.raises(ValueError, match=f"total_timesteps must be >= 1, got {bad}"):
+        TINY.replace(total_timesteps=bad)
+
+
 @pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_recipe_b_draws_only_from_its_tags_on_the_facing_arena():
     config = TINY.replace(tags=(2, 3), env_id="ArenaFacing-v0", tag_period_ticks=4)
