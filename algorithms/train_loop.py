@@ -24,6 +24,7 @@ writes the config, the metrics and the plot, and prints.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import signal
@@ -35,12 +36,14 @@ import numpy as np
 
 from jaxarena import cli_errors
 from jaxarena.cli_errors import ArgumentParser, UserError, cli_main, int_at_least, step_count
-from jaxarena.files import check_folder
+from jaxarena.files import check_folder, write_atomic
+from jaxarena.key_streams import training_key
 from jaxarena.registry import ARENA_IDS
-from jaxarena.scenarios import SCENARIOS
+from jaxarena.scenarios import SCENARIOS, training_standard
 from jaxarena.types import BOT_TYPES
 
 from . import distributed
+from .collapse import CollapseWatch
 from .config import PRESETS, PPOConfig, default_preset, field_changes
 from .loggers import LOGGERS, make_logger
 from .train_metrics import MetricsLog, host_metrics, plot_curves
@@ -186,7 +189,7 @@ def main(argv=None) -> int:
     primary = distributed.is_primary()
     run = jax.jit(trainer.run_updates, static_argnums=1, donate_argnums=0)
     t0 = time.time()
-    runner = jax.jit(trainer.init)(jax.random.PRNGKey(config.seed))
+    runner = jax.jit(trainer.init)(training_key(config.seed))
     if existing:
         ckpt = Checkpointer(run_dir, config, max_to_keep=args.keep or None)
         runner = _restore(ckpt, runner, run_dir)
@@ -300,6 +303,9 @@ def _train(args, config: PPOConfig, run, runner, ckpt, log: MetricsLog, run_dir:
     compiled: dict[int, object] = {}
     chunks = 0
     interrupted = False
+    watch = CollapseWatch(training_standard(config.scenario), config.bots)
+    if (message := watch.update(log.rows)) and distributed.is_primary():  # a resumed run: its verdict so far
+        bar.write(message)
     try:
         while int(runner.update) < config.num_updates:
             n = min(args.chunk, config.num_updates - int(runner.update))
@@ -320,7 +326,12 @@ def _train(args, config: PPOConfig, run, runner, ckpt, log: MetricsLog, run_dir:
             chunks += 1
             if chunks % args.checkpoint_every == 0 or int(runner.update) >= config.num_updates:
                 ckpt.save(runner)
-            bar.set_postfix(_progress_postfix(rows, n, elapsed, config), refresh=False)
+            if (message := watch.update(rows)) and distributed.is_primary():
+                bar.write(message)
+            postfix = _progress_postfix(rows, n, elapsed, config)
+            if watch.flag is not None:
+                postfix["collapsing"] = watch.flag
+            bar.set_postfix(postfix, refresh=False)
             bar.update(n * config.steps_per_update)
             if chunks % 10 == 0 and distributed.is_primary():
                 plot_curves(log.rows, run_dir / "learning_curve.png", f"Combination {config.combination}")
@@ -328,6 +339,9 @@ def _train(args, config: PPOConfig, run, runner, ckpt, log: MetricsLog, run_dir:
         interrupted = True
     finally:
         bar.close()
+    if distributed.is_primary():  # the collapse verdict, also for an interrupted run: how it stood
+        summary = {"scenario": config.scenario, "collapse": watch.status()}
+        write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     if interrupted:
         cli_errors.interrupted("jaxarena-train", _resume_hint(args, ckpt))
     return runner, interrupted

@@ -17,7 +17,6 @@ The streams, all here (the modules named use these values under their own names)
 | `PPO_STREAM` | PPO's runs: `jaxarena-train` (one run or `--seeds`), the time-to-policy benchmark (`training_key`) |
 | `SELECTOR_STREAM` | the RL selector's runs, `jaxarena-train-selector` (`selector_key`) |
 | `LEARNED_BOT_STREAM` | the learned bot the selector's population trains against (`learned_bot_key`) |
-| `SUMMARY_EVAL_STREAM` | reserved for `jaxarena-train`'s summary episodes (today `train_many.EVAL_KEY`) |
 | `DATA_STREAM` | the tag model's decision datasets, then the part index (`llm.tuning.data.part_key`) |
 | `GRPO_STREAM` | the tag model's GRPO steps, then the step (`llm.tuning.train.grpo_key`) |
 | `GLANCE_STREAM` | the glance model's steps: `GLANCE_STREAM + step` (`llm.tuning.glance.training_key`) |
@@ -39,14 +38,12 @@ from __future__ import annotations
 
 import jax
 
-#: PPO's training runs: `jaxarena-train`, `make_train` via the commands, the time-to-policy benchmark.
+#: PPO's training runs: `jaxarena-train` (one run or `--seeds`), the time-to-policy benchmark.
 PPO_STREAM = 0x5EED0
 #: The RL selector's training runs.
 SELECTOR_STREAM = 0x5E1EC
 #: The learned bot the selector's population trains against.
 LEARNED_BOT_STREAM = 0xB0715
-#: The held-out episodes of `jaxarena-train`'s final summary (no training and no protocol cell uses it).
-SUMMARY_EVAL_STREAM = 0xE7A15
 #: The tag model's decision datasets (format 2; format 1 folded the part index straight into `key(seed)`,
 #: so parts 0-2 of seed 0 replayed the protocol's seed-0 cells).
 DATA_STREAM = 0xDA7A
@@ -60,7 +57,6 @@ STREAMS = {
     "PPO_STREAM": PPO_STREAM,
     "SELECTOR_STREAM": SELECTOR_STREAM,
     "LEARNED_BOT_STREAM": LEARNED_BOT_STREAM,
-    "SUMMARY_EVAL_STREAM": SUMMARY_EVAL_STREAM,
     "DATA_STREAM": DATA_STREAM,
     "GRPO_STREAM": GRPO_STREAM,
     "GLANCE_STREAM": GLANCE_STREAM,
