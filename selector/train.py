@@ -33,6 +33,7 @@ import numpy as np
 from flax import serialization
 
 from jaxarena.algorithms.ppo_core import CoreConfig, make_core_trainer, run_fns
+from jaxarena.algorithms.train_metrics import json_line, read_row
 from jaxarena.cli_errors import ArgumentParser, cli_main
 from jaxarena.key_streams import learned_bot_key, selector_key
 from jaxarena.names import BOT_TYPES
@@ -183,7 +184,7 @@ def train(config: SelectorConfig, out: str | Path, progress: bool = True, seeds:
     rows = []
     for d in dirs:
         metrics_path = d / "metrics.jsonl"
-        old = [json.loads(line) for line in metrics_path.read_text().splitlines()] if metrics_path.exists() else []
+        old = [read_row(line) for line in metrics_path.read_text().splitlines()] if metrics_path.exists() else []
         rows.append([r for r in old if r["update"] <= updates_done(state)])
 
     total = config.num_updates
@@ -219,7 +220,7 @@ def train(config: SelectorConfig, out: str | Path, progress: bool = True, seeds:
             new_rows[-1]["env_steps_per_s"] = decisions * env.steps_per_period / elapsed
             rows[i] += new_rows
             with open(d / "metrics.jsonl", "w") as f:
-                f.writelines(json.dumps(r) + "\n" for r in rows[i])
+                f.writelines(json_line(r) for r in rows[i])  # strict JSON: a missing number is null
             one = take_run(state, i, batched)
             payload = {
                 "train_state": serialization.to_state_dict(one.train_state),
