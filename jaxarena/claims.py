@@ -255,15 +255,16 @@ def _show(receipt: dict) -> str:
     lines += ["", f"commit:    {receipt['commit']}", f"platform:  jax {p['jax']}, {p['device']}, {p['cores']} cores"]
     lines.append(f"keys:      {json.dumps(receipt['keys'], ensure_ascii=False)}")
     n, commits = receipt["n"], receipt.get("figure_commits") or {}
+    width = max(len(name) for name in [*receipt["figures"], *(receipt.get("reference") or {})])
     lines.append("figures:")
     for name, value in receipt["figures"].items():
         ci = receipt["ci95"].get(name)
         extra = [f"[{ci[0]:g}, {ci[1]:g}]"] if ci else []
         extra.append(f"n {n.get(name, n.get('default')) if isinstance(n, dict) else n}")
         extra += [f"commit {commits[name]}"] if name in commits else []
-        lines.append(f"  {name:<44} {value:>10g}  " + ", ".join(extra))
+        lines.append(f"  {name:<{width}} {value:>10g}  " + ", ".join(extra))
     for name, value in (receipt.get("reference") or {}).items():
-        lines.append(f"  {name:<44} {value:>10g}  (reference, not re-measured)")
+        lines.append(f"  {name:<{width}} {value:>10g}  (reference, not re-measured)")
     lines.append(f"tolerance: {json.dumps(receipt['tolerance'], ensure_ascii=False)}")
     return "\n".join(lines)
 
@@ -280,9 +281,10 @@ def check(receipt: dict, out: Path, cwd: Path, platform: dict) -> int:
         + ("exact replay" if exact else "within the receipt's tolerance")
     )
     rows = compare(receipt, measured(receipt, out), exact)
-    print(f"{'figure':<44} {'receipt':>10} {'re-measured':>12}")
+    width = max(len(name) for name, *_ in rows)
+    print(f"{'figure':<{width}} {'receipt':>10} {'re-measured':>12}")
     for name, expected, got, status in rows:
-        print(f"{name:<44} {expected:>10g} {got if isinstance(got, str) else format(got, 'g'):>12}  {status}")
+        print(f"{name:<{width}} {expected:>10g} {got if isinstance(got, str) else format(got, 'g'):>12}  {status}")
     missing = [name for name, *_, status in rows if status == "MISSING"]
     if missing:
         raise ReceiptError(f"{receipt['name']}: the output in {out} lacks {', '.join(missing)}")
