@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 import jax
@@ -49,7 +50,8 @@ def actions(*values):
 # --- Test tiers -------------------------------------------------------------------------------
 # Every test is marked by the layer it checks, from its folder (or, at the top level, its
 # module), so `pytest -m core` runs the environment and its API alone and `-m "llm and not slow"`
-# one layer. `slow` (long rollouts, training runs, measured claims) is set per test.
+# one layer. `slow` (long rollouts, training runs, measured claims) and `long` (the slow tier's
+# longest checks) are set per test.
 LAYER_OF_FOLDER = {
     "algorithms": "train",
     "llm": "llm",
@@ -79,6 +81,16 @@ LAYER_OF_MODULE = {
 }
 
 
+# Markers whose tests stay out unless the -m expression names them: `slow` (CI's slow tier) and
+# `long` (the slow tier's longest checks, which CI skips: `pytest -m long`).
+OPT_IN_MARKERS = ("slow", "long")
+
+
+def names_marker(markexpr: str | None, marker: str) -> bool:
+    """Whether a -m expression names `marker` as a word (`-m "slow and llm"`, `-m "not long"`)."""
+    return re.search(rf"\b{marker}\b", markexpr or "") is not None
+
+
 def layer_of(path) -> str:
     """The tier marker of a test file: its folder's layer, else its module's, else core."""
     folder = path.parent.name
@@ -94,9 +106,11 @@ def pytest_collection_modifyitems(config, items):
         # A test may name its own layer (a scripted squad's check among the env's); else its module's.
         if not any(item.get_closest_marker(layer) for layer in layers):
             item.add_marker(getattr(pytest.mark, layer_of(item.path)))
-    # Slow tests run only when the -m expression names them: `-m core` stays the fast inner loop.
-    if "slow" not in (config.option.markexpr or ""):
-        slow = [item for item in items if item.get_closest_marker("slow")]
-        if slow:
-            config.hook.pytest_deselected(items=slow)
-            items[:] = [item for item in items if not item.get_closest_marker("slow")]
+    # Slow and long tests run only when the -m expression names their marker: `-m core` stays the
+    # fast inner loop, and `-m slow` (CI's slow tier) leaves the long checks out.
+    for marker in OPT_IN_MARKERS:
+        if not names_marker(config.option.markexpr, marker):
+            held = [item for item in items if item.get_closest_marker(marker)]
+            if held:
+                config.hook.pytest_deselected(items=held)
+                items[:] = [item for item in items if not item.get_closest_marker(marker)]

@@ -64,7 +64,7 @@ def test_gguf_step_skipped_without_a_model_and_bad_path_refused(tmp_path):
     assert bad.returncode == 2 and "no such file" in bad.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.long  # the whole GPU suite's smoke run on the CPU: about 4 min on 2 cores
 def test_whole_smoke_suite_passes_on_cpu(tmp_path):
     """Every step but the GGUF one (no model file here) and the opt-in coder_racing runs small on a CPU and reports
     its figures."""

@@ -100,7 +100,7 @@ def test_a_recommended_squad_wins_as_its_card_says(name):
     check(policy.card, wins)
 
 
-@pytest.mark.slow
+@pytest.mark.long  # the embedded LLM proposes in every episode: 2-5 min per selector on 2 cores
 @pytest.mark.parametrize("name", SELECTORS)
 def test_a_recommended_selector_wins_as_its_card_says(name, tmp_path):
     """A selector's card: Combination C with it (no ablations) on the protocol's keys, its squad as B's."""
@@ -119,7 +119,7 @@ def test_a_recommended_selector_wins_as_its_card_says(name, tmp_path):
     check(card, wins)
 
 
-@pytest.mark.slow
+@pytest.mark.long  # the tuned LLM decides in every episode: 10-25 min per adapter on 2 cores
 @pytest.mark.parametrize("name", ADAPTERS)
 def test_a_recommended_adapter_wins_as_its_card_says(name, tmp_path):
     """A tag-model adapter as Combination L (the embedded LLM every 5 s); the glance adapter's table at 0.2 s."""

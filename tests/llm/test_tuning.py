@@ -79,7 +79,7 @@ def test_separated_pairs_need_win_rates_apart_by_more_than_their_cis():
     assert not any(s == 1 for s, _, _ in pairs)  # all tied: no pair
 
 
-@pytest.mark.slow
+@pytest.mark.long  # about 4 min per method on 2 cores
 @pytest.mark.parametrize("method", ["sft", "dpo"])
 def test_offline_methods_learn_a_synthetic_rule(model, method, tmp_path):
     config = TrainConfig(
