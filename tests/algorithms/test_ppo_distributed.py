@@ -8,7 +8,6 @@ two devices, partitioned the same way, so the two must train alike.
 
 from __future__ import annotations
 
-import json
 import shutil
 import socket
 import subprocess
@@ -22,6 +21,7 @@ import pytest
 
 from jaxarena.algorithms.distributed import launch_local, local_cpu_env
 from jaxarena.algorithms.train_loop import main
+from jaxarena.algorithms.train_metrics import read_row
 
 # 4 envs (2 per device), 8 ticks, one epoch of 2 minibatches: the smallest run that still
 # splits the env batch and reduces gradients across the processes. Chunks of one update
@@ -51,7 +51,7 @@ def _leaves(state: dict) -> dict[str, np.ndarray]:
 
 
 def _metrics(run_dir: Path) -> list[dict]:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = [read_row(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]  # null: NaN
     return [{k: v for k, v in row.items() if k != "wall_s"} for row in rows]
 
 
