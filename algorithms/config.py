@@ -10,6 +10,8 @@ from jaxarena.registry import ARENA_IDS
 from jaxarena.scenarios import SCENARIOS
 from jaxarena.types import BOT_TYPES, NUM_TAGS
 
+from .arena_knobs import arena_pairs
+
 COMBINATIONS = ("A", "B")
 #: The float hyper-parameters that change no array's shape: they are values carried by the runner
 #: state (`RunnerState.hyper`), not constants of the program, so runs that differ only in them
@@ -120,6 +122,9 @@ class PPOConfig:
     # the warm start (warm_start.keep_fresh_experts).
     fresh_tags: tuple[int, ...] = ()
     seed: int = 0
+    # The arena's knobs set over the scenario's (`ARENA_KNOBS`), e.g. {"bot_hp": 600}: sorted (name, value)
+    # pairs here, a JSON object in config.json and `--set arena='{"bot_hp": 600}'`.
+    arena: tuple[tuple[str, float], ...] = ()
     shaping_weight: float | None = None  # None: 0 for A, 1 for B
     recipe: str = "paper"  # which shaping `shaping_weight` scales (RECIPES)
     tag_period_ticks: int = 50
@@ -154,6 +159,7 @@ class PPOConfig:
             raise ValueError("fresh_tags needs tag_experts=true and --init-from: it restarts experts of a warm start")
         if not set(fresh) <= set(tags) - set(frozen):
             raise ValueError(f"fresh_tags must be trained tags (in tags {tags}, not frozen), got {fresh}")
+        object.__setattr__(self, "arena", arena_pairs(self.arena))
         if self.recipe not in RECIPES:
             raise ValueError(f"recipe must be one of {RECIPES}, got {self.recipe!r}")
         if self.activation not in ("tanh", "relu"):
@@ -207,6 +213,7 @@ class PPOConfig:
         d = dataclasses.asdict(self)
         for name in ("bots", "tags", "frozen_tags", "fresh_tags"):  # as JSON and `--set` spell them
             d[name] = list(getattr(self, name))
+        d["arena"] = dict(self.arena)
         return d
 
     def to_json(self) -> str:
@@ -290,11 +297,13 @@ def parse_field(name: str, raw: str) -> Any:
         "str": lambda v: isinstance(v, str),
         "tuple[str, ...]": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
         "tuple[int, ...]": lambda v: isinstance(v, list) and all(isinstance(x, int) for x in v),
+        "tuple[tuple[str, float], ...]": lambda v: isinstance(v, dict),
     }[base]
     if not ok(value):
         wants = {
             "tuple[str, ...]": 'a JSON list of strings, e.g. ["evasive"]',
             "tuple[int, ...]": "a JSON list of ints",
+            "tuple[tuple[str, float], ...]": 'a JSON object of arena knobs, e.g. {"bot_hp": 600}',
         }
         raise ValueError(
             f"{name}={raw}: {name} takes {wants.get(base, base)}{' or null' if optional else ''}, got {raw!r}"
@@ -303,6 +312,8 @@ def parse_field(name: str, raw: str) -> Any:
         return int(value)
     if base == "float":
         return float(value)
+    if base == "tuple[tuple[str, float], ...]":
+        return dict(arena_pairs(value))  # as config.json spells it; ValueError naming a knob that is not one
     return value
 
 

@@ -32,27 +32,32 @@ def _fixed_tag_runner(policy: Policy, env_id: str, n: int, **env_overrides):
     return make_runner(env, params, policy, hold_tags, n, accumulators={"intents": INTENTS}), params
 
 
-_WIN_RATE_RUNNERS: dict = {}
+_PER_BOT_RUNNERS: dict = {}
+
+
+def play_per_bot(config, policy_params, episodes: int, seed: int) -> dict[str, dict[str, np.ndarray]]:
+    """`episodes` held-out episodes per bot (`BOT_TYPES` order) of the policy `config` trained, sampled as
+    trained, from root key `seed`, on the arena it trained on: {bot: {"outcome", "episode_time"}} (n,).
+    The runner compiles once per arena, network and episode count, so a batch of runs pays one compile."""
+    from .checkpoint import make_policy
+
+    # The knobs a run set over its scenario (`PPOConfig.arena`) are the arena it is judged on too.
+    env, params = jaxarena.make(config.env_id, scenario=config.scenario, **dict(getattr(config, "arena", ())))
+    cache_key = (config.env_id, config.scenario, repr(sorted(config.network_kwargs().items())), episodes)
+    if cache_key not in _PER_BOT_RUNNERS:
+        _PER_BOT_RUNNERS[cache_key] = make_runner(env, params, make_policy(config), hold_tags, episodes)
+    run = _PER_BOT_RUNNERS[cache_key]
+    played = {}
+    for bot in BOT_TYPES:
+        result = run(policy_params, params.replace(bot_type=jaxarena.bot_index(bot)), jax.random.PRNGKey(seed))
+        played[bot] = {"outcome": np.asarray(result.outcome), "episode_time": np.asarray(result.duration_s)}
+    return played
 
 
 def win_rates(config, policy_params, episodes: int, seed: int) -> dict[str, float]:
-    """NPC win rate against each bot (`BOT_TYPES` order) of the policy `config` trained, sampled as trained,
-    on `episodes` held-out episodes per bot from root key `seed`. The runner compiles once per arena,
-    network and episode count, so a batch of runs pays one compile."""
-    from .checkpoint import make_policy
-
-    env, params = jaxarena.make(config.env_id, scenario=config.scenario)
-    cache_key = (config.env_id, config.scenario, repr(sorted(config.network_kwargs().items())), episodes)
-    if cache_key not in _WIN_RATE_RUNNERS:
-        _WIN_RATE_RUNNERS[cache_key] = make_runner(env, params, make_policy(config), hold_tags, episodes)
-    run = _WIN_RATE_RUNNERS[cache_key]
-    rates = {}
-    for bot in BOT_TYPES:
-        outcome = np.asarray(
-            run(policy_params, params.replace(bot_type=jaxarena.bot_index(bot)), jax.random.PRNGKey(seed)).outcome
-        )
-        rates[bot] = float(np.mean(outcome == NPC_WIN))
-    return rates
+    """NPC win rate against each bot of `play_per_bot`'s episodes."""
+    played = play_per_bot(config, policy_params, episodes, seed)
+    return {bot: float(np.mean(p["outcome"] == NPC_WIN)) for bot, p in played.items()}
 
 
 def run_episodes(

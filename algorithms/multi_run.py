@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
@@ -33,7 +34,9 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxarena.key_streams import training_key
+from jaxarena.types import EnvParams
 
+from .arena_knobs import ARENA_KNOBS, ARENA_PREFIX
 from .config import SWEEPABLE, PPOConfig, parse_field
 from .ppo import RunnerState, Trainer, make_trainer
 from .ppo_core import init_runs, run_fns
@@ -61,19 +64,20 @@ def parse_sweep(items: Iterable[str]) -> dict[str, list[str]]:
     """`KEY=V1,V2,...` items (`--sweep`) as {field: [value as typed, ...]}; every value is checked against
     the field's type here (ValueError), before anything runs. A JSON list value keeps its commas:
     `bots=["evasive"];["evasive","balanced"]` separates values with `;` where a value holds a comma."""
-    fields = {f.name for f in dataclasses.fields(PPOConfig)} - {"seed", "combination"}
+    fields = {f.name for f in dataclasses.fields(PPOConfig)} - {"seed", "combination", "arena"}
     sweep: dict[str, list[str]] = {}
     for item in items:
         key, sep, raw = item.partition("=")
-        if not sep or key not in fields:
+        if not sep or key not in fields and key.removeprefix(ARENA_PREFIX) not in ARENA_KNOBS:
             raise ValueError(
-                f"--sweep {item!r}: not KEY=V1,V2 with KEY a PPOConfig field ({', '.join(sorted(fields))})"
+                f"--sweep {item!r}: not KEY=V1,V2 with KEY a PPOConfig field ({', '.join(sorted(fields))}) "
+                f"or arena.KNOB ({', '.join(ARENA_KNOBS)})"
             )
         values = raw.split(";") if ";" in raw else raw.split(",")
         if len(values) != len(set(values)) or not all(values):
             raise ValueError(f"--sweep {item!r}: values must be distinct and non-empty")
         for value in values:
-            parse_field(key, value)
+            _setting_value(key, value)
         sweep[key] = values
     return sweep
 
@@ -91,7 +95,10 @@ def plan_runs(base: PPOConfig, seeds: Sequence[int], sweep: Mapping[str, Sequenc
     runs = []
     for values in itertools.product(*sweep.values()):
         setting = tuple(zip(sweep, values, strict=True))
-        changes = {k: parse_field(k, v) for k, v in setting}
+        changes = {k: _setting_value(k, v) for k, v in setting if not k.startswith(ARENA_PREFIX)}
+        knobs = {k.removeprefix(ARENA_PREFIX): _setting_value(k, v) for k, v in setting if k.startswith(ARENA_PREFIX)}
+        if knobs:
+            changes["arena"] = {**dict(base.arena), **knobs}
         for seed in seeds:
             try:
                 config = base.replace(**changes, seed=seed)
@@ -102,10 +109,25 @@ def plan_runs(base: PPOConfig, seeds: Sequence[int], sweep: Mapping[str, Sequenc
     return runs
 
 
+def _setting_value(key: str, raw: str):
+    """A sweep value as typed, read as its field's; an arena knob's as a finite float."""
+    if not key.startswith(ARENA_PREFIX):
+        return parse_field(key, raw)
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise ValueError(f"{key}={raw}: an arena knob takes a finite number")
+    return value
+
+
 def program_of(config: PPOConfig) -> PPOConfig:
-    """`config` with what a runner state carries set aside (seed, `SWEEPABLE`): equal for runs that can share a
-    compiled program."""
-    return config.replace(seed=0, **{name: getattr(PPOConfig(), name) for name in SWEEPABLE})
+    """`config` with what a runner state carries set aside (seed, `SWEEPABLE`, the arena knobs' values, not
+    which knobs are set): equal for runs that can share a compiled program."""
+    carried = {name: getattr(PPOConfig(), name) for name in SWEEPABLE}
+    knobs = {name: EnvParams.__dataclass_fields__[name].default for name, _ in config.arena}  # the paper's values
+    return config.replace(seed=0, arena=knobs, **carried)
 
 
 def group_runs(runs: Sequence[Run]) -> list[list[Run]]:

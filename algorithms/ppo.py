@@ -42,6 +42,7 @@ from jaxarena.observe import BOT_DISTANCE, OWN_HP
 from jaxarena.types import arena_diagonal
 from jaxarena.wrappers import LogState, LogWrapper
 
+from .arena_knobs import arena_knobs_of
 from .config import RECIPES, PPOConfig
 from .networks import ActorCritic, expert_mask
 from .ppo_core import ENV_AXIS, CoreConfig, CoreEnv, Step, Trainer, is_key_batch, make_core_trainer, train_fn
@@ -111,14 +112,15 @@ def arena_env(config: PPOConfig, env: LogWrapper, base_params) -> CoreEnv:
     bot_types = bot_types_for(config)
     n_envs = config.num_envs
 
-    def _env_params(bot_type):
-        return base_params.replace(bot_type=bot_type)
+    def _env_params(bot_type, hyper):
+        # The run's arena knobs come from its runner state, so runs of one program may differ in them.
+        return base_params.replace(bot_type=bot_type, **arena_knobs_of(hyper))
 
-    v_reset = jax.vmap(lambda k, bt: env.reset(k, _env_params(bt)))
-    v_step = jax.vmap(lambda k, s, a, bt: env.step(k, s, a, _env_params(bt)))
-    v_retag = jax.vmap(lambda o, s, t, bt: env.retag(o, s, t, _env_params(bt)))
+    v_reset = jax.vmap(lambda k, bt, h: env.reset(k, _env_params(bt, h)), in_axes=(0, 0, None))
+    v_step = jax.vmap(lambda k, s, a, bt, h: env.step(k, s, a, _env_params(bt, h)), in_axes=(0, 0, 0, 0, None))
+    v_retag = jax.vmap(lambda o, s, t, bt, h: env.retag(o, s, t, _env_params(bt, h)), in_axes=(0, 0, 0, 0, None))
 
-    def _redraw_tags(key, obs, state):
+    def _redraw_tags(key, obs, state, hyper):
         """Recipe B: a uniform new tag every tag period (incl. t = 0 after a reset)."""
         if config.combination != "B":
             return obs, state
@@ -126,12 +128,12 @@ def arena_env(config: PPOConfig, env: LogWrapper, base_params) -> CoreEnv:
         pick = jax.random.randint(key, (n_envs,), 0, len(config.tags), dtype=jnp.int32)
         new = jnp.asarray(config.tags, jnp.int32)[pick]
         arena = state.env_state
-        obs, state = v_retag(obs, state, jnp.where(arena.t % config.tag_period_ticks == 0, new, arena.tag), bot_types)
-        return obs, state
+        tags = jnp.where(arena.t % config.tag_period_ticks == 0, new, arena.tag)
+        return v_retag(obs, state, tags, bot_types, hyper)
 
-    def reset(k_env, k_tag):
-        obs, log_state = v_reset(jax.random.split(k_env, n_envs), bot_types)
-        return _redraw_tags(k_tag, obs, log_state)
+    def reset(k_env, k_tag, hyper):
+        obs, log_state = v_reset(jax.random.split(k_env, n_envs), bot_types, hyper)
+        return _redraw_tags(k_tag, obs, log_state, hyper)
 
     def _approach_bonus(obs, next_obs, cut, hyper):
         """Each NPC's potential-based approach shaping (`PPOConfig.approach_shaping`): (envs, 5)."""
@@ -144,9 +146,10 @@ def arena_env(config: PPOConfig, env: LogWrapper, base_params) -> CoreEnv:
         return hyper["gamma"] * jnp.where(cut, 0.0, next_potential) - potential
 
     def step(k_step, k_tag, log_state, obs, action, hyper):
-        next_obs, log_state, reward, done, info = v_step(jax.random.split(k_step, n_envs), log_state, action, bot_types)
+        keys = jax.random.split(k_step, n_envs)
+        next_obs, log_state, reward, done, info = v_step(keys, log_state, action, bot_types, hyper)
         # The next obs carries the redrawn tag, and so does the bootstrap V(next obs) while the episode goes on.
-        next_obs, log_state = _redraw_tags(k_tag, next_obs, log_state)
+        next_obs, log_state = _redraw_tags(k_tag, next_obs, log_state, hyper)
         alive_after = info["final_obs"][..., OWN_HP] > 0.0
         # A timeout bootstraps from V(final_obs) unless `timeout_is_terminal` makes it worth 0.
         no_bootstrap = done if config.timeout_is_terminal else info["terminated"]

@@ -124,7 +124,7 @@ class Step(NamedTuple):
 class CoreEnv(NamedTuple):
     """A learner's environment as the core sees it (see the module docstring).
 
-    `reset(*keys) -> (obs, env_state)`; `step(*keys, env_state, obs, action, hyper) -> (next_obs,
+    `reset(*keys, hyper) -> (obs, env_state)`; `step(*keys, env_state, obs, action, hyper) -> (next_obs,
     env_state, Step)`; each takes `num_keys` PRNG keys. `metrics(episodes, traj) -> dict` of the
     update's episode metrics, from the stacked `Step.episode` and the `Transition`s.
     """
@@ -154,6 +154,9 @@ def single_learner(env) -> CoreEnv:
     them (NaN if none).
     """
 
+    def reset(key, hyper):
+        return env.reset(key)
+
     def step(key, env_state, obs, action, hyper):
         next_obs, env_state, reward, done, info = env.step(key, env_state, action)
         return next_obs, env_state, Step(reward, done, done, done, None, None, (done, info))
@@ -168,7 +171,7 @@ def single_learner(env) -> CoreEnv:
             out[name] = jnp.where(n_ended > 0, total / jnp.maximum(n_ended, 1.0), jnp.nan)
         return out
 
-    return CoreEnv(1, env.reset, step, metrics)
+    return CoreEnv(1, reset, step, metrics)
 
 
 def shard_env(x, mesh: Mesh | None):
@@ -260,10 +263,10 @@ def make_core_trainer(
         if jnp.issubdtype(rng.dtype, jax.dtypes.prng_key):
             rng = jax.random.key_data(rng)
         rng, k_net, *k_env = jax.random.split(rng, 2 + env.num_keys)
-        obs, env_state = env.reset(*k_env)
+        hyper = default_hyper if hyper is None else {k: jnp.float32(v) for k, v in hyper.items()}
+        obs, env_state = env.reset(*k_env, hyper)
         params = network.init(k_net, jax.tree.map(lambda x: x[:1], obs))
         train_state = TrainState.create(apply_fn=network.apply, params=params, tx=tx)
-        hyper = default_hyper if hyper is None else {k: jnp.float32(v) for k, v in hyper.items()}
         env_state, obs = jax.tree.map(lambda x: shard_env(x, mesh), (env_state, obs))
         return state_type(train_state, env_state, obs, rng, jnp.int32(0), hyper)
 

@@ -11,6 +11,7 @@ import distrax
 import jax
 import jax.numpy as jnp
 
+from .arena_knobs import ARENA_PREFIX
 from .config import SWEEPABLE
 
 
@@ -72,6 +73,8 @@ def hyper_of(config) -> dict[str, jax.Array]:
     values = {name: getattr(config, name) for name in SWEEPABLE if name in fields}
     if values["ent_coef_end"] is None:
         values["ent_coef_end"] = values["ent_coef"]
+    # The arena knobs a run sets (`PPOConfig.arena`) travel the same way, as "arena.NAME".
+    values.update({f"{ARENA_PREFIX}{name}": value for name, value in getattr(config, "arena", ())})
     return {name: jnp.float32(value) for name, value in values.items()}
 
 

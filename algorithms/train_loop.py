@@ -85,8 +85,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         nargs="+",
         default=[],
         metavar="KEY=V1,V2",
-        help="train every combination of these PPOConfig values (x --seeds), in OUT/KEY=V/seed_S; the float "
-        "hyper-parameters (lr, ent_coef, gamma, ...) share one program, others make one program per value",
+        help="train every combination of these PPOConfig values or arena knobs (arena.bot_hp=300,600) (x --seeds), in "
+        "OUT/KEY=V/seed_S; the float hyper-parameters (lr, ent_coef, gamma, ...) and the arena knobs share one "
+        "program, others make one program per value",
     )
     p.add_argument("--num-envs", type=int, default=None, help="arenas stepped in lock-step")
     p.add_argument("--num-steps", type=int, default=None, help="ticks per arena between updates")

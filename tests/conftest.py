@@ -58,7 +58,7 @@ LAYER_OF_FOLDER = {
     "protocol": "protocol",
     "selector": "selector",
     "coder": "coder",
-    "studies": "llm",  # the research studies in studies/: the tag model's readers and glance tables, played
+    "studies": "llm",  # the research studies in studies/: the tag model's readers, glance tables, the arena's fit
 }
 # Top-level modules that are not the env and its API: analysis tools built on the env, the shipped
 # policies, and the project's own checks (docs, code size, notebooks' outputs, command-line errors).

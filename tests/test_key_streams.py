@@ -30,6 +30,7 @@ from jaxarena import key_streams
 from jaxarena.algorithms import PPOConfig, train_loop
 from jaxarena.algorithms.bot_training import train_bot
 from jaxarena.algorithms.ppo_core import CoreConfig, CoreEnv, make_core_trainer
+from jaxarena.algorithms.ppo_objective import hyper_of
 from jaxarena.algorithms.train_many import EVAL_KEY
 from jaxarena.coder.batch_rollout import episode_keys
 from jaxarena.coder.score_types import ScoreConfig
@@ -284,8 +285,8 @@ def test_the_core_init_resets_from_the_keys_derived_here():
         def __init__(self, num_keys):
             self.num_keys, self.keys = num_keys, None
 
-        def reset(self, *keys):
-            self.keys = [np.asarray(k) for k in keys]
+        def reset(self, *keys_and_hyper):
+            self.keys = [np.asarray(k) for k in keys_and_hyper[:-1]]
             return jnp.zeros((4, 3)), jnp.zeros(4)
 
     config = CoreConfig(num_envs=4, num_steps=1, num_minibatches=1)
@@ -317,7 +318,7 @@ def test_the_trainers_resets_spawn_where_the_derivations_say():
         config = PPOConfig()
         arena, params = jaxarena.make(config.env_id, scenario=config.scenario)
         _, log_state = jax.jit(arena_env(config, LogWrapper(arena), params).reset)(
-            *core_reset_keys(training_key(seed), 2)
+            *core_reset_keys(training_key(seed), 2), hyper_of(config)
         )
         got = np.concatenate(
             [np.asarray(log_state.env_state.npc_pos).reshape(config.num_envs, -1), log_state.env_state.bot_pos], 1

@@ -25,7 +25,7 @@ def _rollout(config: PPOConfig):
     env = arena_env(config, LogWrapper(arena), params)
     hyper = hyper_of(config)
     keys = jax.random.split(jax.random.PRNGKey(3), (TICKS + 1, env.num_keys))
-    obs, state = env.reset(*keys[0])
+    obs, state = env.reset(*keys[0], hyper)
     action = jnp.full((config.num_envs, 5), CLOSE_IN, jnp.int32)
     step = jax.jit(env.step)
     rows = []

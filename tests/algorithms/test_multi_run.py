@@ -23,6 +23,7 @@ from jaxarena.algorithms import PPOConfig, make_train, make_trainer
 from jaxarena.algorithms.bot_training import DEFAULT_CONFIG as BOT_CONFIG
 from jaxarena.algorithms.bot_training import BotActorCritic
 from jaxarena.algorithms.checkpoint import has_checkpoint, load_params, read_config
+from jaxarena.algorithms.config import parse_field
 from jaxarena.algorithms.multi_run import group_runs, make_batch_trainer, parse_sweep, plan_runs, take
 from jaxarena.algorithms.ppo_core import make_core_trainer, run_fns
 from jaxarena.algorithms.train_loop import main
@@ -120,6 +121,50 @@ def test_each_run_trains_with_its_own_hyper_parameters():
     s = jax.jit(alone.init)(training_key(0))  # where jaxarena-train starts seed 0
     s, _ = jax.jit(alone.run_updates, static_argnums=1)(s, 2)
     assert max_diff(take(state.train_state.params, 1), s.train_state.params) < 1e-4
+
+
+def test_each_run_plays_its_own_arena_knobs_in_one_program():
+    # A calibration sweep: the bot's HP and the NPCs' melee damage differ between runs of one program.
+    sweep = parse_sweep(["arena.bot_hp=300,900", "arena.npc_melee_damage=0"])
+    runs = plan_runs(PPOConfig(**SMALL, arena={"bot_speed": 4.5}), seeds=[1], sweep=sweep)
+    assert [r.name for r in runs] == [f"arena.bot_hp={hp},arena.npc_melee_damage=0/seed_1" for hp in (300, 900)]
+    assert dict(runs[-1].config.arena) == {"bot_hp": 900.0, "bot_speed": 4.5, "npc_melee_damage": 0.0}
+    (group,) = group_runs(runs)
+    batch = make_batch_trainer(group)
+    state = jax.jit(batch.init)()
+    bot_hp = state.env_state.env_state.bot_hp  # (runs, envs): every arena starts at its run's HP
+    chex.assert_shape(bot_hp, (2, SMALL["num_envs"]))
+    np.testing.assert_array_equal(bot_hp, np.repeat([[300.0], [900.0]], SMALL["num_envs"], 1))
+    state, metrics = jax.jit(batch.run_updates, static_argnums=1)(state, 2)
+    # No melee damage and no orbs in reach yet: the bot loses HP only to orbs, never to a melee strike.
+    hp = np.asarray(state.env_state.env_state.bot_hp)
+    assert np.all(hp[0] <= 300.0) and np.all(hp[1] <= 900.0) and np.all(hp[1] > 300.0)
+    # The run alone, from its config, plays the same arena: the batch's run 1 to float tolerance.
+    alone = make_trainer(runs[1].config, mesh=None)
+    s = jax.jit(alone.init)(training_key(1))
+    s, _ = jax.jit(alone.run_updates, static_argnums=1)(s, 2)
+    np.testing.assert_allclose(take(state.env_state.env_state.bot_hp, 1), s.env_state.env_state.bot_hp, atol=1e-3)
+    with pytest.raises(ValueError, match="arena.KNOB"):
+        parse_sweep(["arena.dt=0.1"])
+    with pytest.raises(ValueError, match="finite number"):
+        parse_sweep(["arena.bot_hp=300,lots"])
+    with pytest.raises(ValueError, match="bot_hp must be > 0"):
+        plan_runs(PPOConfig(**SMALL), seeds=[0], sweep={"arena.bot_hp": ["0"]})
+
+
+def test_arena_knobs_round_trip_through_config_json_and_set():
+    config = PPOConfig(arena={"npc_melee_damage": 5, "bot_hp": 600})
+    assert config.arena == (("bot_hp", 600.0), ("npc_melee_damage", 5.0))
+    stored = json.loads(config.to_json())
+    assert stored["arena"] == {"bot_hp": 600.0, "npc_melee_damage": 5.0}
+    assert PPOConfig.from_dict(stored) == config
+    old = {k: v for k, v in stored.items() if k != "arena"}  # a run written before the field existed
+    assert PPOConfig.from_dict(old).arena == ()
+    assert parse_field("arena", '{"bot_hp": 600}') == {"bot_hp": 600.0}  # as config.json spells it
+    with pytest.raises(ValueError, match="not arena knobs"):
+        parse_field("arena", '{"dt": 0.1}')
+    with pytest.raises(ValueError, match="JSON object of arena knobs"):
+        parse_field("arena", "bot_hp=600")
 
 
 def test_sweeps_group_by_program_and_refuse_bad_values():

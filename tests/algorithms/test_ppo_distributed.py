@@ -8,6 +8,7 @@ two devices, partitioned the same way, so the two must train alike.
 
 from __future__ import annotations
 
+import math
 import shutil
 import socket
 import subprocess
@@ -52,7 +53,12 @@ def _leaves(state: dict) -> dict[str, np.ndarray]:
 
 def _metrics(run_dir: Path) -> list[dict]:
     rows = [read_row(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]  # null: NaN
-    return [{k: v for k, v in row.items() if k != "wall_s"} for row in rows]
+    # NaN != NaN, so a missing number is compared as None: two runs that both lack it agree.
+    return [{k: _none_if_nan(v) for k, v in row.items() if k != "wall_s"} for row in rows]
+
+
+def _none_if_nan(value):
+    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 @pytest.fixture(scope="module")
