@@ -121,6 +121,23 @@ def fixed_tags(tag: int) -> TagFn:
     return tag_fn
 
 
+def frequency_tags(weights: Sequence[float]) -> TagFn:
+    """A tag source that draws each episode's tag afresh every decision period, independently, tag t with
+    probability weights[t] / sum(weights): a chooser with a taste and no sight of the game."""
+    weights = np.asarray(weights, np.float64)
+    if weights.ndim != 1 or weights.size < 1 or not np.all(np.isfinite(weights)) or np.any(weights < 0):
+        raise ValueError(f"weights must be finite non-negative numbers, one per tag, got {weights.tolist()}")
+    if weights.sum() <= 0:
+        raise ValueError("weights must not all be 0")
+    logits = jnp.asarray(np.log(np.where(weights > 0, weights / weights.sum(), 1.0)), jnp.float32)
+    logits = jnp.where(jnp.asarray(weights > 0), logits, -jnp.inf)
+
+    def tag_fn(features, prev_tags, done, time_s, key):
+        return jax.random.categorical(key, logits, shape=prev_tags.shape).astype(jnp.int32)
+
+    return tag_fn
+
+
 def hold_tags(features, prev_tags, done, time_s, key) -> jax.Array:
     """A tag source that keeps each episode's tag: the initial tag, possibly traced, for the whole episode."""
     return prev_tags
