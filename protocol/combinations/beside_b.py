@@ -1,5 +1,6 @@
-"""A report section for a tag source played with B's policy on B's paired episodes: its win % per bot
-and, where the run has B, its paired difference from B. Combinations R and T report through it."""
+"""A tag source played with B's policy on B's paired episodes (`play_b_squad`), and its report section
+(`beside_b`): its win % per bot and, where the run has B, its paired difference from B. Combinations R
+and T are made of the two."""
 
 from __future__ import annotations
 
@@ -9,7 +10,25 @@ import numpy as np
 
 from jaxarena.names import NPC_WIN
 
-from ..combination import ReportSection, Results, win_entry
+from ..combination import Played, ReportSection, Results, win_entry
+from ..playing import arena, compile_rollout, episodes, timed_call
+
+
+def play_b_squad(make_source: Callable) -> Callable:
+    """A combination's `play`: B's policy on its shaped arena, the tags from `make_source(env_params)`."""
+
+    def play(context, label: str, bot: str, key, progress) -> Played:
+        c = context.config
+        policy, params = context.resolve(c.policy_b)[:2]
+        env, env_params = arena(context, policy, bot, shaped=True)
+        source = make_source(env_params)
+        program, compile_s = context.program(
+            label, lambda: compile_rollout(context, env, env_params, policy, params, source)
+        )
+        result, wall = timed_call(program, params, env_params, key)
+        return Played({"episodes": episodes(result, key, c.episodes)}, compile_s, wall)
+
+    return play
 
 
 def beside_b(name: str, key: str, title: str, rank: int, extra: dict | None = None) -> ReportSection:

@@ -10,33 +10,25 @@ from __future__ import annotations
 
 from jaxarena.names import TAG_NAMES
 
-from ..combination import Combination, Played
-from ..playing import arena, compile_rollout, episodes, period_s, timed_call
-from .beside_b import beside_b
+from ..combination import Combination
+from ..playing import period_s
+from .beside_b import beside_b, play_b_squad
 
 #: The tags in turn, one per decision period.
 ROTATION = (0, 1, 2, 3)
 
 
-def _play(context, label: str, bot: str, key, progress) -> Played:
-    from jaxarena.runner import schedule_tags
+def _rotation(env_params):
+    from jaxarena.tag_sources import schedule_tags  # JAX loads when a cell plays, not when the registry is read
 
-    c = context.config
-    policy, params = context.resolve(c.policy_b)[:2]
-    env, env_params = arena(context, policy, bot, shaped=True)
-    source = schedule_tags(ROTATION, period_s(env_params))
-    program, compile_s = context.program(
-        label, lambda: compile_rollout(context, env, env_params, policy, params, source)
-    )
-    result, wall = timed_call(program, params, env_params, key)
-    return Played({"episodes": episodes(result, key, c.episodes)}, compile_s, wall)
+    return schedule_tags(ROTATION, period_s(env_params))
 
 
 COMBINATION = Combination(
     name="R",
     about="B's policy with the tags in a fixed rotation (0, 1, 2, 3, ...), one per decision period",
     squads=lambda context, label: {label: context.config.policy_b},
-    play=_play,
+    play=play_b_squad(_rotation),
     fingerprint=lambda context, label: {"rotation": list(ROTATION)},
     sections=(
         beside_b(

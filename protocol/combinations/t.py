@@ -12,26 +12,18 @@ from __future__ import annotations
 
 from jaxarena.names import TAG_NAMES
 
-from ..combination import Combination, Played
-from ..playing import arena, compile_rollout, episodes, timed_call
+from ..combination import Combination
 from ..tables import PAPER_TABLE9
-from .beside_b import beside_b
+from .beside_b import beside_b, play_b_squad
 
 #: Table 9's counts of each tag (Surround, Aggressive, Flank, Retreat), the draw's weights.
 WEIGHTS = PAPER_TABLE9["counts"]
 
 
-def _play(context, label: str, bot: str, key, progress) -> Played:
-    from jaxarena.tag_sources import frequency_tags
+def _table9_draws(env_params):
+    from jaxarena.tag_sources import frequency_tags  # JAX loads when a cell plays, not when the registry is read
 
-    c = context.config
-    policy, params = context.resolve(c.policy_b)[:2]
-    env, env_params = arena(context, policy, bot, shaped=True)
-    program, compile_s = context.program(
-        label, lambda: compile_rollout(context, env, env_params, policy, params, frequency_tags(WEIGHTS))
-    )
-    result, wall = timed_call(program, params, env_params, key)
-    return Played({"episodes": episodes(result, key, c.episodes)}, compile_s, wall)
+    return frequency_tags(WEIGHTS)
 
 
 _MIX = ", ".join(f"{TAG_NAMES[t]} {100 * w / sum(WEIGHTS):.1f}%" for t, w in enumerate(WEIGHTS))
@@ -40,7 +32,7 @@ COMBINATION = Combination(
     name="T",
     about="B's policy with tags drawn at the paper's Table 9 frequencies (mostly Surround), not an LLM",
     squads=lambda context, label: {label: context.config.policy_b},
-    play=_play,
+    play=play_b_squad(_table9_draws),
     fingerprint=lambda context, label: {"table9_counts": list(WEIGHTS)},
     sections=(
         beside_b(
