@@ -36,6 +36,7 @@ import numpy as np
 
 from jaxarena import cli_errors
 from jaxarena.cli_errors import ArgumentParser, UserError, cli_main, int_at_least, step_count
+from jaxarena.config_files import read_fields
 from jaxarena.files import check_folder, write_atomic
 from jaxarena.key_streams import training_key
 from jaxarena.registry import ARENA_IDS
@@ -64,6 +65,13 @@ def parse_args(argv=None) -> argparse.Namespace:
             "classic (the zoo's squads', and a new B run's), fast or "
             "fast_evasive; options override it"
         ),
+    )
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="a new run's settings from a .json or .toml file (a run's config.json reproduces that run); "
+        "options override it, --preset does not apply",
     )
     p.add_argument("--total-steps", type=step_count, default=None, help="env steps (arena ticks), e.g. 2e7")
     p.add_argument("--out", required=True, help="run directory (config, checkpoints, metrics, plot)")
@@ -126,9 +134,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def _config_from_args(args, base: PPOConfig | None) -> PPOConfig:
     cfg = base if base is not None else PPOConfig(combination=args.combination or "A")
-    # A new run without --preset starts from its combination's default preset; a resumed one keeps its fields.
-    preset = args.preset or (default_preset(args.combination or "A") if base is None else None)
-    changes = dict(PRESETS[preset]) if preset else {}
+    if args.config is not None and args.preset is not None:
+        raise UserError("--config and --preset both set a run's recipe: give one (options override either)")
+    # A new run without --preset or --config starts from its combination's default preset; a resumed one
+    # keeps its fields (a --config given on resume must agree with them, as any option must).
+    preset = None if args.config else args.preset or (default_preset(args.combination or "A") if base is None else None)
+    changes = read_fields(args.config, cfg.to_dict()) if args.config else dict(PRESETS[preset]) if preset else {}
     if args.combination is not None:
         changes["combination"] = args.combination
     if args.total_steps is not None:
@@ -237,8 +248,6 @@ def _main_many(args) -> int:
 
     if args.distributed:
         raise UserError("--seeds and --sweep run on one process (several devices split the runs); drop --distributed")
-    if args.resume and args.fresh:
-        raise UserError("--resume and --fresh exclude each other")
     config = _config_from_args(args, None)
     try:
         sweep = parse_sweep(args.sweep)

@@ -53,13 +53,15 @@ RATES = (("npc_win", NPC_WIN, 3), ("bot_win", BOT_WIN, 4), ("timeout", TIMEOUT, 
 def parse_args(argv=None) -> argparse.Namespace:
     p = ArgumentParser(prog="calibrate_arena.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--grid", nargs="+", required=True, help="arena.KNOB=V1,V2 items, as jaxarena-train --sweep")
-    p.add_argument("--seeds", type=int, default=3, help="training seeds per point (the issue asks >= 3)")
+    p.add_argument(
+        "--seeds", type=int, default=3, help="training seeds per point (3 or more: a point is no one seed's luck)"
+    )
     p.add_argument("--seed", type=int, default=5000, help="the first training seed")
     p.add_argument("--preset", default="default", help="A's recipe (jaxarena-train --preset)")
     p.add_argument("--total-steps", type=float, default=4e6, help="A's training budget, env steps, fixed for the fit")
     p.add_argument("--episodes", type=int, default=200, help="fit episodes per bot and run")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more of A's recipe, as jaxarena-train")
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True, help="folder of the training runs and the fit's files")
     args = p.parse_args(argv)
     if args.seeds < 1 or args.episodes < 1:
         p.error("--seeds and --episodes must be >= 1")

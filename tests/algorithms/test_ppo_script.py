@@ -107,3 +107,39 @@ def test_metrics_jsonl_is_strict_json_with_null_for_a_missing_number_and_reads_b
     assert resumed.rows[1]["return_mean"] == 0.25
     rows = [json.loads(line, parse_constant=_strict) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert rows[0]["return_mean"] is None  # and rewrites them strict too
+
+
+def _rows_without_wall_time(run) -> list[str]:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [json.dumps({k: v for k, v in row.items() if k != "wall_s"}, sort_keys=True) for row in rows]
+
+
+@pytest.mark.slow  # two tiny runs compiled in-process: over ~10 s on 2 cores
+def test_a_runs_config_json_given_back_as_config_reproduces_its_metrics(tmp_path):
+    first = tmp_path / "first"
+    argv = ["--seed", "5", "--total-steps", str(6 * 8 * 2), "--set", 'arena={"bot_hp": 450}', "ent_coef=0.03"]
+    assert main([*argv, "--out", str(first), *TINY]) == 0
+    again = tmp_path / "again"
+    assert main(["--config", str(first / "config.json"), "--out", str(again), "--no-progress", "--keep-xla-flags"]) == 0
+    assert read_config(again) == read_config(first)
+    assert _rows_without_wall_time(again) == _rows_without_wall_time(first)  # the same metrics, bit for bit
+
+
+def test_a_toml_config_sets_a_new_run_and_options_override_it(tmp_path, capsys):
+    from jaxarena.algorithms.train_loop import _config_from_args, parse_args
+
+    toml = tmp_path / "recipe.toml"
+    toml.write_text('bots = ["evasive"]\ntotal_timesteps = 4_000_000\nlr = 1e-4\n[arena]\nbot_hp = 600\n')
+    config = _config_from_args(parse_args(["--config", str(toml), "--lr", "2e-4", "--out", str(tmp_path / "r")]), None)
+    assert config.bots == ("evasive",) and config.total_timesteps == 4_000_000 and config.lr == 2e-4
+    assert config.arena == (("bot_hp", 600.0),)
+    assert config.approach_shaping == 0.0  # the file is the recipe: no preset applies under it
+    for text, says in (("learning_rate = 1e-4\n", "'learning_rate'] are not settings"), ("bots = [\n", "not valid")):
+        toml.write_text(text)
+        assert main(["--config", str(toml), "--out", str(tmp_path / "r")]) == 2
+        assert says in capsys.readouterr().err
+    assert main(["--config", str(tmp_path / "none.yaml"), "--out", str(tmp_path / "r")]) == 2
+    assert ".json or .toml" in capsys.readouterr().err
+    assert main(["--config", str(toml), "--preset", "fast", "--out", str(tmp_path / "r")]) == 2
+    assert "give one" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()

@@ -1,0 +1,46 @@
+"""Config files: a run's settings as a JSON or TOML file, read back as the fields of a config dataclass.
+
+A run writes its config as JSON (`config.json`); a user may write TOML by hand. Either is read by
+`read_fields(path, fields)`, which refuses a key that is no field (a typo would otherwise be ignored
+and the run would train with the default), so `jaxarena-train --config RUN/config.json` starts a
+run with exactly the settings of RUN.
+
+    # sweep.toml
+    combination = "A"
+    bots = ["evasive"]
+    total_timesteps = 4_000_000
+    [arena]
+    bot_hp = 600
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+#: The file types read, by suffix.
+SUFFIXES = (".json", ".toml")
+
+
+def read_fields(path: str | Path, fields: Iterable[str]) -> dict[str, Any]:
+    """The settings in a `.json` or `.toml` file as a dict; ValueError for a file that is not one, or
+    that holds a key not in `fields`. FileNotFoundError names a missing file."""
+    path = Path(path)
+    if path.suffix not in SUFFIXES:
+        raise ValueError(f"{path}: a config file is .json or .toml, got {path.suffix or 'no suffix'!r}")
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such config file")
+    text = path.read_text()
+    try:
+        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"{path}: not valid {path.suffix[1:].upper()}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a config file holds a table of settings, got {type(data).__name__}")
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ValueError(f"{path}: {unknown} are not settings here; the settings are {', '.join(sorted(fields))}")
+    return data
