@@ -194,7 +194,7 @@ def build_table(backend: Backend, *, progress: bool = True) -> StrategyTable:
     meta = TableMetadata(
         **backend_metadata(backend),
         prompts_sha256=asker.hash.hexdigest(),
-        built_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        built_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         build_seconds=round(time.perf_counter() - t0, 1),
         no_probs=tuple(sorted(asker.no_probs.items())),
         errors=tuple(sorted(asker.errors.items())),

@@ -115,7 +115,7 @@ def evaluate(
     runner.close()
     meta = {
         "run_id": run_id,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "policies": policies,
         "llm": identities.pop("llm", None),
         **identities,

@@ -202,7 +202,7 @@ class OllamaBackend:
         wait_s = min(self.timeout_s, 10.0)
         try:
             listing = await asyncio.wait_for(client.list(), timeout=wait_s)
-        except (ConnectionError, httpx.TransportError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, ConnectionError, httpx.TransportError) as exc:
             raise BackendUnavailable(
                 f"cannot reach the Ollama server at {self.host} ({_unreachable_reason(exc, wait_s)}). "
                 "Start it with 'ollama serve', or set --host/OLLAMA_HOST, or use --llm embedded."

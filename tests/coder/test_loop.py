@@ -325,7 +325,7 @@ def test_a_coder_adapter_gets_its_own_backend(tmp_path):
         run_name(LoopConfig(llm=f"gguf:{fixture}", coder_adapter=str(tmp_path / "missing")))
 
 
-@pytest.mark.slow  # two one-round runs of the embedded model (~2 min on 2 cores)
+@pytest.mark.long  # two one-round runs of the embedded model (~2 min on 2 cores)
 def test_a_coder_adapter_answers_the_coders_prompts_only(tmp_path):
     """With --coder-adapter the coder's replies come from the adapted model; the planner's stay the base's."""
     from jaxarena.llm.weights import find_gguf

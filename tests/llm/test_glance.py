@@ -235,7 +235,7 @@ def test_a_glance_adapter_is_refused_where_a_table_10_adapter_is_expected(tmp_pa
     assert resolve_adapter(str(tmp_path), kind="glance-adapter") == tmp_path.resolve()
 
 
-@pytest.mark.slow  # three tiny training runs and a report on the shipped raid squad (~4 min on 2 cores)
+@pytest.mark.long  # three tiny training runs and a report on the shipped raid squad (~4 min on 2 cores)
 def test_a_run_resumes_where_it_stopped_and_reports_against_always_aggressive(glance_model, tmp_path):
     import json
 

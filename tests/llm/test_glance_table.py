@@ -145,7 +145,7 @@ def test_a_table_run_learns_and_its_table_plays_where_an_adapters_does(tmp_path,
         load_glance_table(str(tmp_path / "table"))
 
 
-@pytest.mark.slow  # two tiny runs, one of them the LLM's forward and backward passes (~6 min on 2 cores)
+@pytest.mark.long  # two tiny runs, one of them the LLM's forward and backward passes (~6 min on 2 cores)
 def test_both_learners_are_trained_on_the_same_keys_from_the_same_answers(tmp_path):
     """The ablation's premise, checked in play: the same groups ask about the same cells, and while the two
     learners' answers agree their lanes play the same games; and the LLM's step is the recipe's, bit for bit."""

@@ -95,7 +95,7 @@ def test_offline_methods_learn_a_synthetic_rule(model, method, tmp_path):
     assert tuned.card["held_out"]["tuned"]["agreement"] == pytest.approx(metrics["agreement"])
 
 
-@pytest.mark.slow
+@pytest.mark.long  # GRPO steps of the embedded model until it gives a new answer (~3 min on 2 cores)
 def test_grpo_update_learns_from_rewards_an_answer_the_stock_model_never_gives(model):
     # Rewarded for tag 2, which the stock model ranks below 1 everywhere. A rule that depends on the state
     # (2 under a threshold of the bot's HP, 1 above) is not learned from the stock model at any learning rate
