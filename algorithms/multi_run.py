@@ -68,7 +68,8 @@ def parse_sweep(items: Iterable[str]) -> dict[str, list[str]]:
     sweep: dict[str, list[str]] = {}
     for item in items:
         key, sep, raw = item.partition("=")
-        if not sep or key not in fields and key.removeprefix(ARENA_PREFIX) not in ARENA_KNOBS:
+        knob = key.startswith(ARENA_PREFIX) and key.removeprefix(ARENA_PREFIX) in ARENA_KNOBS
+        if not sep or key not in fields and not knob:
             raise ValueError(
                 f"--sweep {item!r}: not KEY=V1,V2 with KEY a PPOConfig field ({', '.join(sorted(fields))}) "
                 f"or arena.KNOB ({', '.join(ARENA_KNOBS)})"

@@ -144,8 +144,9 @@ def test_each_run_plays_its_own_arena_knobs_in_one_program():
     s = jax.jit(alone.init)(training_key(1))
     s, _ = jax.jit(alone.run_updates, static_argnums=1)(s, 2)
     np.testing.assert_allclose(take(state.env_state.env_state.bot_hp, 1), s.env_state.env_state.bot_hp, atol=1e-3)
-    with pytest.raises(ValueError, match="arena.KNOB"):
-        parse_sweep(["arena.dt=0.1"])
+    for not_a_knob in ("arena.dt=0.1", "bot_hp=300,600"):  # a knob is named with its prefix
+        with pytest.raises(ValueError, match="arena.KNOB"):
+            parse_sweep([not_a_knob])
     with pytest.raises(ValueError, match="finite number"):
         parse_sweep(["arena.bot_hp=300,lots"])
     with pytest.raises(ValueError, match="bot_hp must be > 0"):
