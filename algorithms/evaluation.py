@@ -42,7 +42,7 @@ def play_per_bot(config, policy_params, episodes: int, seed: int) -> dict[str, d
     from .checkpoint import make_policy
 
     # The knobs a run set over its scenario (`PPOConfig.arena`) are the arena it is judged on too.
-    env, params = jaxarena.make(config.env_id, scenario=config.scenario, **dict(getattr(config, "arena", ())))
+    env, params = jaxarena.make(config.env_id, scenario=config.scenario, **dict(config.arena))
     cache_key = (config.env_id, config.scenario, repr(sorted(config.network_kwargs().items())), episodes)
     if cache_key not in _PER_BOT_RUNNERS:
         _PER_BOT_RUNNERS[cache_key] = make_runner(env, params, make_policy(config), hold_tags, episodes)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
@@ -36,7 +35,7 @@ from jax.sharding import PartitionSpec as P
 from jaxarena.key_streams import training_key
 from jaxarena.types import EnvParams
 
-from .arena_knobs import ARENA_KNOBS, ARENA_PREFIX
+from .arena_knobs import ARENA_KNOBS, ARENA_PREFIX, arena_pairs
 from .config import SWEEPABLE, PPOConfig, parse_field
 from .ppo import RunnerState, Trainer, make_trainer
 from .ppo_core import init_runs, run_fns
@@ -111,16 +110,15 @@ def plan_runs(base: PPOConfig, seeds: Sequence[int], sweep: Mapping[str, Sequenc
 
 
 def _setting_value(key: str, raw: str):
-    """A sweep value as typed, read as its field's; an arena knob's as a finite float."""
+    """A sweep value as typed, read as its field's; an arena knob's as a number the arena's rules allow."""
     if not key.startswith(ARENA_PREFIX):
         return parse_field(key, raw)
+    name = key.removeprefix(ARENA_PREFIX)
     try:
         value = float(raw)
     except ValueError:
-        value = math.nan
-    if not math.isfinite(value):
-        raise ValueError(f"{key}={raw}: an arena knob takes a finite number")
-    return value
+        raise ValueError(f"{key}={raw}: an arena knob takes a finite number") from None
+    return dict(arena_pairs({name: value}))[name]  # the one check of a knob: finite, and the arena's rules
 
 
 def program_of(config: PPOConfig) -> PPOConfig:

@@ -129,8 +129,8 @@ def frequency_tags(weights: Sequence[float]) -> TagFn:
         raise ValueError(f"weights must be finite non-negative numbers, one per tag, got {weights.tolist()}")
     if weights.sum() <= 0:
         raise ValueError("weights must not all be 0")
-    logits = jnp.asarray(np.log(np.where(weights > 0, weights / weights.sum(), 1.0)), jnp.float32)
-    logits = jnp.where(jnp.asarray(weights > 0), logits, -jnp.inf)
+    with np.errstate(divide="ignore"):  # a weight of 0: log 0 = -inf, a tag never drawn
+        logits = jnp.asarray(np.log(weights / weights.sum()), jnp.float32)
 
     def tag_fn(features, prev_tags, done, time_s, key):
         return jax.random.categorical(key, logits, shape=prev_tags.shape).astype(jnp.int32)
