@@ -23,7 +23,7 @@ from pathlib import Path
 from jaxarena.files import write_atomic
 from jaxarena.names import DECISION_PERIOD_S, DT, FALLBACK_REASONS, NUM_TAGS
 
-from . import stats
+from . import findings, stats
 from .combination import Results
 from .config import ProtocolConfig, episode_sets
 from .figures import make_figures
@@ -212,6 +212,7 @@ def summarize(cells: dict[str, dict], config: ProtocolConfig, meta: dict) -> dic
         "versions": versions(),
         "descriptive": descriptive,
         "mann_whitney": mann_whitney,
+        "findings": findings.findings(by, config.n_boot, config.seed),
         "tags": tags,
         "fallbacks": fallbacks,
         "llm_counters": llm_counters,

@@ -214,6 +214,69 @@ def summary_episode_s(summary: dict) -> float:
     return summary.get("protocol", {}).get("episode_s", EPISODE_S)
 
 
+_WIN_WORDS = {"up": "won more often than A", "down": "won less often than A", "none": "won as often as A"}
+_LENGTH_WORDS = {
+    "shorter": "ended sooner than A's",
+    "longer": "lasted longer than A's",
+    "none": "lasted as long as A's",
+}
+
+
+def _win_clause(entry: dict, paired: bool) -> str:
+    lo, hi = entry["ci95"]
+    kind = "paired " if paired else ""
+    said = f"{_WIN_WORDS[entry['direction']]} ({entry['points']:+.1f} points, {kind}95% CI {lo:+.1f} to {hi:+.1f})"
+    # A squad that wins (or loses) every episode leaves B no room to do better (or worse): say so.
+    if entry.get("a_pct") in (0.0, 100.0) and entry["direction"] == "none":
+        said += f", with A at {entry['a_pct']:.0f}%, where this arena leaves no room to differ"
+    return said
+
+
+def _length_clause(entry: dict) -> str:
+    return f"{_LENGTH_WORDS[entry['direction']]} (r = {entry['r_rb']:+.3f}, p = {format_p(entry['p'])})"
+
+
+def _verdict(reproduced: bool) -> str:
+    return "reproduced" if reproduced else "not reproduced"
+
+
+def findings_paragraph(found: dict) -> list[str]:
+    """The report's opening paragraph (`protocol.findings`): how many of the paper's findings reproduced,
+    then each bot's two."""
+    if not found:
+        return []
+    checks = [found[bot][kind]["reproduced"] for bot in found for kind in ("win", "length")]
+    lines = [
+        f"**What reproduced.** Of the paper's {len(checks)} findings about B against A on these bots, "
+        f"{sum(checks)} reproduced here.",
+        "",
+    ]
+    for bot, f in found.items():
+        win, length = f["win"], f["length"]
+        lines.append(
+            f"- **{bot.capitalize()} bot.** Wins: in the paper B {_win_clause(win['paper'], paired=False)}; "
+            f"here B {_win_clause(win['ours'], paired=True)}: {_verdict(win['reproduced'])}. "
+            f"Episode length: in the paper B's episodes {_length_clause(length['paper'])}; "
+            f"here they {_length_clause(length['ours'])}: {_verdict(length['reproduced'])}."
+        )
+    return lines + [""]
+
+
+def llm_note(summary: dict) -> list[str]:
+    """Where B's LLM is the embedded SmolLM2 with no adapter, a paragraph saying what it chose and which
+    LLM the paper ran, so that its B is not read as the paper's."""
+    cfg, tags = summary["config"], summary["tags"]["overall"]
+    if cfg.get("llm") != "embedded" or cfg.get("adapter") or not tags["total"]:
+        return []
+    share = ", ".join(f"{name} {pct:.0f}%" for name, pct in zip(TAG_NAMES, tags["pct"], strict=True))
+    return [
+        f"B's LLM here is the embedded SmolLM2-135M without tuning; its tags in this run: {share} "
+        f"(the paper's Mistral chose Surround in {PAPER_TABLE9['pct'][0]:.0f}% of its decisions). "
+        "`--llm ollama --model mistral` plays the paper's own LLM.",
+        "",
+    ]
+
+
 def render_report(summary: dict, figures: Sequence[str] = ()) -> str:
     """report.md: Tables 6-9 in the paper's layout, ours beside the paper's, then figures and set-up."""
     cfg = summary["config"]
@@ -226,6 +289,8 @@ def render_report(summary: dict, figures: Sequence[str] = ()) -> str:
         f"# jaxarena evaluation protocol — run `{summary['run_id']}`",
         "",
         *([f"> **Warning:** {warning}", ""] if warning else []),
+        *findings_paragraph(summary.get("findings") or {}),
+        *llm_note(summary),
         (
             f"{cfg['episodes']} episodes per bot type and combination, seed {cfg['seed']}, paired seeds for A and B. "
             f"LLM: {llm['backend'] if llm else '—'} ({llm['model'] if llm else '—'}"

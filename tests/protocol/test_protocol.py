@@ -156,6 +156,21 @@ def test_report_tables_parse_back_to_summary(runs):
         assert row[6] == m["direction"]
     (title,) = [t for t in tables if t.startswith("Table 9.")]
     assert [int(r[2]) for r in tables[title]] == s["tags"]["overall"]["counts"]
+    # The first paragraph says which of the paper's findings reproduced, as summary.json's "findings" has it.
+    paragraphs = (run_dir / "report.md").read_text().split("\n\n")
+    assert paragraphs[1].startswith("**What reproduced.**")
+    verdicts = [f[kind]["reproduced"] for f in s["findings"].values() for kind in ("win", "length")]
+    assert f"{sum(verdicts)} reproduced here" in paragraphs[1]
+    # The embedded, untuned LLM is named as not the paper's, with the tags it chose in this run.
+    assert paragraphs[3].startswith("B's LLM here is the embedded SmolLM2-135M without tuning; its tags in this run:")
+    shares = [int(x) for x in re.findall(r"(?:Surround|Aggressive|Flank|Retreat) (\d+)%", paragraphs[3])]
+    assert shares == [round(p) for p in s["tags"]["overall"]["pct"]]
+    bullets = paragraphs[2].splitlines()
+    for bot, line in zip(CONFIG.bots, bullets, strict=True):
+        assert line.startswith(f"- **{bot.capitalize()} bot.**")
+        said = re.findall(r": (not reproduced|reproduced)\.", line)
+        verdict = {True: "reproduced", False: "not reproduced"}
+        assert said == [verdict[s["findings"][bot][kind]["reproduced"]] for kind in ("win", "length")]
     assert [int(r[4]) for r in tables[title]] == [2036, 103, 107, 184]
 
 
