@@ -9,6 +9,7 @@
     jaxarena-evaluate --combinations A B F O --price-decisions   # + fixed tags, the oracle, B's regret
     jaxarena-evaluate --combinations A W                # A beside the white-box squads (docs/coder.md)
     jaxarena-evaluate --combinations A B C O            # + the RL selector and its ablations
+    jaxarena-evaluate --config results/RUN/config.json --out again   # a run's settings, played again
 
 Outputs go to `results/<run-id>/` (see `protocol.summary`). The default run id
 is derived from the configuration, so running the same command again resumes
@@ -19,6 +20,7 @@ discards stored cells first.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as _dt
 import hashlib
 import json
@@ -153,6 +155,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the paper's evaluation protocol (Combinations A and B x 3 bots; optionally the other "
         "combinations of --combinations) and write episodes.csv, decisions.jsonl, summary.json, report.md and figures.",
     )
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the run's settings from a .json or .toml file (a run's config.json plays that run again); "
+        "options given beside it override it",
+    )
     p.add_argument("--episodes", type=int, default=100, help="episodes per (combination, bot) cell (default 100)")
     p.add_argument("--seed", type=int, default=0, help="base seed; every combination shares it (paired design)")
     p.add_argument("--bots", default=",".join(BOT_TYPES), help="comma-separated bot types (default: all three)")
@@ -277,6 +287,35 @@ def config_from_args(args: argparse.Namespace) -> ProtocolConfig:
     )
 
 
+#: A default no flag has: what a parse gives for the flags the command line left out.
+_UNSET = object()
+
+
+def _given(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> set[str]:
+    """The argument names (dests) the command line sets itself, not by default."""
+    parser.set_defaults(**{dest: _UNSET for dest in vars(parser.parse_args([]))})
+    return {dest for dest, value in vars(parser.parse_args(argv)).items() if value is not _UNSET}
+
+
+def _option_names(options: type) -> set[str]:
+    """The argument names of a combination's option flags."""
+    parser = argparse.ArgumentParser(add_help=False)
+    options.add_arguments(parser.add_argument_group())
+    return set(vars(parser.parse_args([])))
+
+
+def config_over_file(path: Path, args: argparse.Namespace, given: set[str]) -> ProtocolConfig:
+    """The config in file `path`, with what the command line sets itself in its place: a run's setting
+    where its flag is given, and a combination's options where one of its flags is."""
+    from_file, from_flags = ProtocolConfig.from_file(path), config_from_args(args)
+    settings = {f.name for f in dataclasses.fields(ProtocolConfig)} & given
+    options = dict(from_file.options)
+    for name, combination in combinations.registry().items():
+        if combination.options is not None and _option_names(combination.options) & given:
+            options[name] = from_flags.options_of(name)
+    return dataclasses.replace(from_file, **{name: getattr(from_flags, name) for name in settings}, options=options)
+
+
 @cli_main("jaxarena-evaluate")
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
@@ -284,8 +323,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.run_id:
         check_folder(Path(args.out) / args.run_id, "--run-id")
     try:
-        config = config_from_args(args)
-    except ValueError as exc:
+        if args.config is None:
+            config = config_from_args(args)
+        else:
+            config = config_over_file(args.config, args, _given(build_parser(), argv))
+    except (ValueError, FileNotFoundError) as exc:
         build_parser().error(str(exc))
     cache = False if args.no_cache else (args.cache if args.cache else True)
     summary = evaluate(

@@ -235,6 +235,8 @@ def write_outputs(
     """Writes every output file of a run (atomically); returns the summary."""
     run_dir = Path(run_dir)
     summary = summarize(cells, config, meta)
+    # The run's settings alone, so that `jaxarena-evaluate --config RUN/config.json` plays the run again.
+    write_atomic(run_dir / "config.json", json.dumps(config.as_dict(), indent=2))
     write_atomic(run_dir / "episodes.csv", episodes_csv(episode_rows(cells, config.seed)))
     write_atomic(run_dir / "decisions.jsonl", decisions_jsonl(cells))
     fig_paths = make_figures(run_dir, summary, cells) if figures else []
