@@ -37,6 +37,7 @@ from jaxarena.algorithms.checkpoint import load_params
 from jaxarena.algorithms.config import PPOConfig
 from jaxarena.algorithms.evaluation import play_per_bot, wilson_interval
 from jaxarena.algorithms.multi_run import parse_sweep, plan_runs
+from jaxarena.algorithms.train_many import EVAL_KEY
 from jaxarena.cli_errors import ArgumentParser, UserError, cli_main
 from jaxarena.names import BOT_TYPES, BOT_WIN, EPISODE_S, NPC_WIN, TIMEOUT
 from jaxarena.protocol.tables import PAPER_TABLE6
@@ -52,21 +53,34 @@ RATES = (("npc_win", NPC_WIN, 3), ("bot_win", BOT_WIN, 4), ("timeout", TIMEOUT, 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = ArgumentParser(prog="calibrate_arena.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("--grid", nargs="+", required=True, help="arena.KNOB=V1,V2 items, as jaxarena-train --sweep")
+    p.add_argument(
+        "--grid",
+        nargs="+",
+        default=[],
+        help="arena.KNOB=V1,V2 items, as jaxarena-train --sweep (none: the scenario alone, one point)",
+    )
+    p.add_argument("--scenario", default="paper", help="the arena the knobs change (jaxarena-train --scenario)")
+    p.add_argument(
+        "--key",
+        type=int,
+        default=FIT_KEY,
+        help=f"root key of the episodes played (default {FIT_KEY}, the fit's own; a fitted arena is reported "
+        f"on other seeds and {EVAL_KEY}, the training runs' held-out key)",
+    )
     p.add_argument(
         "--seeds", type=int, default=3, help="training seeds per point (3 or more: a point is no one seed's luck)"
     )
     p.add_argument("--seed", type=int, default=5000, help="the first training seed")
     p.add_argument("--preset", default="default", help="A's recipe (jaxarena-train --preset)")
     p.add_argument("--total-steps", type=float, default=4e6, help="A's training budget, env steps, fixed for the fit")
-    p.add_argument("--episodes", type=int, default=200, help="fit episodes per bot and run")
+    p.add_argument("--episodes", type=int, default=200, help="episodes per bot and run")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more of A's recipe, as jaxarena-train")
     p.add_argument("--out", type=Path, required=True, help="folder of the training runs and the fit's files")
     args = p.parse_args(argv)
     if args.seeds < 1 or args.episodes < 1:
         p.error("--seeds and --episodes must be >= 1")
     try:
-        sweep = parse_sweep(args.grid)
+        sweep = parse_sweep(args.grid) if args.grid else {}
     except ValueError as exc:
         p.error(str(exc))
     if any(not key.startswith("arena.") for key in sweep):
@@ -115,12 +129,12 @@ def score(figures: dict, targets: dict) -> dict:
     return {"passed": 12 - len(misses), "misses": misses, "distance": distance}
 
 
-def evaluate(runs, root: Path, episodes: int) -> list[dict]:
-    """Every run's final squad on the fit episodes: its folder, seed, setting and per-bot episodes."""
+def evaluate(runs, root: Path, episodes: int, key: int = FIT_KEY) -> list[dict]:
+    """Every run's final squad on `episodes` per bot from root `key`: its folder, seed, setting and episodes."""
     played = []
     for i, run in enumerate(runs):
         config, params = load_params(root / run.name)
-        per_bot = play_per_bot(config, params, episodes, FIT_KEY)
+        per_bot = play_per_bot(config, params, episodes, key)
         played.append({"run": run.name, "seed": run.config.seed, "setting": run.setting_name, "episodes": per_bot})
         print(f"played {i + 1}/{len(runs)}: {run.name}", file=sys.stderr, flush=True)
     return played
@@ -148,7 +162,8 @@ def render(points_: list[dict], targets: dict, args) -> str:
         "# Calibrating the arena to the paper's A row",
         "",
         f"Recipe `{args.preset}`, {args.total_steps:.3g} env steps, {args.seeds} seeds per point from "
-        f"{args.seed}; {args.episodes} fit episodes per bot and seed (key {FIT_KEY}). A cell is NPC win / "
+        f"{args.seed}, on scenario `{args.scenario}`; {args.episodes} episodes per bot and seed (key {args.key}). "
+        "A cell is NPC win / "
         "bot win / timeout % and the mean episode (s); the paper's row first, with its 95% intervals.",
         "",
         "| point | checks | aggressive | evasive | balanced | misses |",
@@ -201,20 +216,22 @@ def main(argv=None) -> int:
     started = time.time()
     train_args = ["--combination", "A", "--preset", args.preset, "--seed", str(args.seed), "--seeds", str(args.seeds)]
     train_args += ["--total-steps", str(int(args.total_steps)), "--eval-episodes", "0", "--out", str(root)]
-    train_args += ["--sweep", *args.grid, *(["--set", *args.set] if args.set else [])]
+    train_args += ["--scenario", args.scenario, *(["--sweep", *args.grid] if args.grid else [])]
+    train_args += ["--set", *args.set] if args.set else []
     code = train_loop.main(train_args)
     if code:
         raise UserError(f"training stopped with status {code}: run the same command again to resume")
-    base = PPOConfig.preset(args.preset, combination="A", total_timesteps=int(args.total_steps))
+    base = PPOConfig.preset(args.preset, combination="A", scenario=args.scenario, total_timesteps=int(args.total_steps))
     runs = plan_runs(base, range(args.seed, args.seed + args.seeds), args.sweep)
     targets = paper_targets()
-    played = evaluate(runs, root, args.episodes)
+    played = evaluate(runs, root, args.episodes, args.key)
     scored = points(played, targets)
     record = {
         "command": "python studies/calibrate_arena.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "preset": args.preset,
         "total_steps": int(args.total_steps),
-        "fit_key": FIT_KEY,
+        "scenario": args.scenario,
+        "key": args.key,
         "episodes_per_bot_and_seed": args.episodes,
         "paper": targets,
         "points": scored,
