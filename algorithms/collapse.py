@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from jaxarena.names import BOT_TYPES
 from jaxarena.scenarios import TrainingStandard
-from jaxarena.types import BOT_TYPES
 
 NO_WINS = "no_wins"
 ENTROPY_COLLAPSE = "entropy_collapse"

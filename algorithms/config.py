@@ -6,9 +6,9 @@ import dataclasses
 import json
 from typing import Any
 
+from jaxarena.names import BOT_TYPES, NUM_TAGS
 from jaxarena.registry import ARENA_IDS
 from jaxarena.scenarios import SCENARIOS
-from jaxarena.types import BOT_TYPES, NUM_TAGS
 
 from .arena_knobs import arena_pairs
 

@@ -148,7 +148,7 @@ def global_mesh(num_envs: int):
     import jax
     from jax.sharding import Mesh
 
-    from .ppo import ENV_AXIS
+    from .ppo_core import ENV_AXIS
 
     devices = jax.devices()
     if num_envs % len(devices):

@@ -23,7 +23,8 @@ import jaxarena
 from jaxarena.analysis.intents import EXTRA_MEASURES, INTENTS, MEASURES, episode_measures
 from jaxarena.names import BOT_TYPES, BOT_WIN, NPC_WIN, NUM_TAGS, OUTCOMES, TIMEOUT, tag_index
 from jaxarena.policies import Policy
-from jaxarena.runner import hold_tags, make_runner
+from jaxarena.runner import make_runner
+from jaxarena.tag_sources import hold_tags
 
 
 def _fixed_tag_runner(policy: Policy, env_id: str, n: int, **env_overrides):

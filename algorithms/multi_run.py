@@ -37,8 +37,8 @@ from jaxarena.types import EnvParams
 
 from .arena_knobs import ARENA_KNOBS, ARENA_PREFIX, arena_pairs
 from .config import SWEEPABLE, PPOConfig, parse_field
-from .ppo import RunnerState, Trainer, make_trainer
-from .ppo_core import init_runs, run_fns
+from .ppo import RunnerState, make_trainer
+from .ppo_core import Trainer, init_runs, run_fns
 from .ppo_objective import hyper_of
 
 RUN_AXIS = "run"

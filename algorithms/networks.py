@@ -10,8 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxarena.names import NUM_ACTIONS, NUM_TAGS
 from jaxarena.observe import TAG as TAG_INDEX
-from jaxarena.types import NUM_ACTIONS, NUM_TAGS
 
 
 class ActorCritic(nn.Module):

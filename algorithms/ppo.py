@@ -48,7 +48,7 @@ from .networks import ActorCritic, expert_mask
 from .ppo_core import ENV_AXIS, CoreConfig, CoreEnv, Step, Trainer, is_key_batch, make_core_trainer, train_fn
 from .ppo_objective import hyper_of
 
-__all__ = ["ENV_AXIS", "RunnerState", "Trainer", "is_key_batch", "make_train", "make_trainer"]
+__all__ = ["RunnerState", "make_train", "make_trainer"]
 
 
 @struct.dataclass

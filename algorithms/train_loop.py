@@ -39,9 +39,9 @@ from jaxarena.cli_errors import ArgumentParser, UserError, cli_main, int_at_leas
 from jaxarena.config_files import read_fields
 from jaxarena.files import check_folder, write_atomic
 from jaxarena.key_streams import training_key
+from jaxarena.names import BOT_TYPES
 from jaxarena.registry import ARENA_IDS
 from jaxarena.scenarios import SCENARIOS, training_standard
-from jaxarena.types import BOT_TYPES
 
 from . import distributed
 from .collapse import CollapseWatch

@@ -27,8 +27,8 @@ import numpy as np
 from jaxarena import cli_errors
 from jaxarena.cli_errors import UserError
 from jaxarena.files import write_atomic
+from jaxarena.names import BOT_TYPES
 from jaxarena.scenarios import training_standard
-from jaxarena.types import BOT_TYPES
 
 from .collapse import CollapseWatch
 from .config import PPOConfig

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jaxarena.types import BOT_TYPES
+from jaxarena.names import BOT_TYPES
 
 
 def host_metrics(metrics: dict, i: int) -> dict:

@@ -19,8 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxarena.cli_errors import UserError
+from jaxarena.names import NUM_TAGS
 from jaxarena.observe import TAG as TAG_INDEX
-from jaxarena.types import NUM_TAGS
 
 from .config import PPOConfig
 from .networks import expert_mask

@@ -61,7 +61,8 @@ import numpy as np
 from jaxarena.coder.compile import compile_program
 from jaxarena.coder.language import BASELINES
 from jaxarena.coder.racing import RaceConfig, race_policies
-from jaxarena.coder.scoring import ScoreConfig, score_policies
+from jaxarena.coder.score_types import ScoreConfig
+from jaxarena.coder.scoring import score_policies
 
 HURT_RUSH = '''
 def policy(obs):

@@ -276,8 +276,9 @@ def load_times(skip_cold: bool) -> dict:
 
 def model_lines(label, loaded, gen, args, extras: bool) -> None:
     """Every line for one model (a generator): matmul reference, host batches, graph batches."""
-    from jaxarena.llm.graph_tags import GraphTagSource, UnsupportedTokenizer
+    from jaxarena.llm.graph_tags import GraphTagSource
     from jaxarena.llm.prompt import SYSTEM, parse_tag
+    from jaxarena.llm.state_line import UnsupportedTokenizer
 
     prefix_len = len(gen._system_ids(SYSTEM))
     typical = len(gen.tokenizer.encode(distinct_prompts(1, 0)[0].user)) + 5  # the turn's markers

@@ -31,7 +31,8 @@ from jaxarena.algorithms.checkpoint import load_policy
 from jaxarena.analysis.oracle import make_pricer
 from jaxarena.names import BOT_TYPES
 from jaxarena.protocol.policies import policy_env_id
-from jaxarena.runner import fixed_tags, make_runner
+from jaxarena.runner import make_runner
+from jaxarena.tag_sources import fixed_tags
 
 
 def recorded_states(env, params, policy, policy_params, episodes, count, seed):

@@ -24,8 +24,9 @@ import jax
 
 from jaxarena.algorithms.ppo_core import make_core_trainer
 from jaxarena.key_streams import selector_key
-from jaxarena.runner import fixed_tags, make_runner
+from jaxarena.runner import make_runner
 from jaxarena.selector.train import SelectorConfig, build
+from jaxarena.tag_sources import fixed_tags
 
 
 def main():

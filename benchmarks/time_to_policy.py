@@ -98,7 +98,8 @@ class Checker:
 
         import jaxarena
         from jaxarena.algorithms.checkpoint import make_policy
-        from jaxarena.runner import hold_tags, make_runner
+        from jaxarena.runner import make_runner
+        from jaxarena.tag_sources import hold_tags
 
         env, self.params = jaxarena.make(config.env_id, scenario=config.scenario)
         periods = 2 if args.smoke else None  # short episodes in the smoke run

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 
 import jaxarena
 from jaxarena import batched
-from jaxarena.env import checked_actions
+from jaxarena.checks import checked_actions
 from jaxarena.names import NUM_ACTIONS
 
 #: The smallest set of lanes the last episodes move to: below it a tick costs about the same (its

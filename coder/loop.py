@@ -31,12 +31,12 @@ from pathlib import Path
 from .extract import extract_code
 from .loop_backend import check_backend, generate, make_loop_backend
 from .loop_config import LoopConfig, LoopError
-from .run_log import RunLog, load_events, prepare_run_dir, prompt_json, prompt_md, round_dir, write_text
+from .run_log import RunLog, prepare_run_dir, prompt_json, prompt_md, round_dir, write_text
 from .score_types import Score
 from .scoring import score_sources
 
 # The loop's own names, and those of its parts that callers import from here.
-__all__ = ["Loop", "LoopConfig", "LoopError", "load_events", "make_loop_backend", "update_skills"]
+__all__ = ["Loop", "update_skills"]
 
 
 def update_skills(skills: dict, names: list[str], scores: list[Score]) -> dict:

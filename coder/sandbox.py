@@ -17,11 +17,11 @@ import difflib
 from . import limits
 from .helpers import HELPERS
 from .language import ACTIONS, CONSTANTS, FIELD_NAMES
-from .program_error import KINDS, ProgramError, error_at
+from .program_error import ProgramError, error_at
 from .sandbox_rules import BUILTIN_REASONS, NODE_REASONS, OPERATORS, RESERVED
 
 # The sandbox's own entry point, and the names of its parts that callers import from here.
-__all__ = ["KINDS", "RESERVED", "ProgramError", "check_program"]
+__all__ = ["check_program"]
 
 
 def check_program(source: str) -> ast.Module:

@@ -27,22 +27,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .batch_rollout import episode_keys, make_batch_scorer, rollout_policies, trace_error
+from .batch_rollout import rollout_policies, trace_error
 from .score_stats import ok_score
-from .score_types import NO_CODE, PROGRAM_ERROR, Score, ScoreConfig, error_score, no_code_score, rollout_error_score
+from .score_types import Score, ScoreConfig, error_score, no_code_score, rollout_error_score
 
 # The scoring entry points, and the names of its parts that callers import from here.
-__all__ = [
-    "NO_CODE",
-    "PROGRAM_ERROR",
-    "Score",
-    "ScoreConfig",
-    "episode_keys",
-    "make_batch_scorer",
-    "score_policies",
-    "score_replies",
-    "score_sources",
-]
+__all__ = ["score_policies", "score_replies", "score_sources"]
 
 
 _UNSTABLE_KINDS = ("timeout", "memory")

@@ -29,22 +29,9 @@ import jaxarena.batched_rules as rules
 
 from .checks import check_params, check_range
 from .env import Arena, auto_reset
+from .names import BOT_BALANCED, BOT_EVASIVE, BOT_LEARNED, BOT_WIN, NPC_WIN, NUM_NPCS, NUM_TAGS, TIMEOUT
 from .spawn import _NUM_UNIFORMS, _mix32
-from .types import (
-    BOT_BALANCED,
-    BOT_EVASIVE,
-    BOT_LEARNED,
-    BOT_WIN,
-    NPC_WIN,
-    NUM_NPCS,
-    NUM_TAGS,
-    ORBS_PER_NPC,
-    TIMEOUT,
-    EnvParams,
-    EnvState,
-    arena_diagonal,
-    ticks,
-)
+from .types import ORBS_PER_NPC, EnvParams, EnvState, arena_diagonal, ticks
 
 NPCS = rules.NPCS
 

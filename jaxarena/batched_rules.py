@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .bots import _FARSIGHT, _HEADINGS, _LOOKAHEAD, MODE_AGGRESSIVE, MODE_EVASIVE
-from .types import (
+from .names import (
     BOT_AGGRESSIVE,
     BOT_BALANCED,
     BOT_EVASIVE,
@@ -22,14 +22,12 @@ from .types import (
     NUM_ACTIONS,
     NUM_NPCS,
     NUM_TAGS,
-    ORBS_PER_NPC,
     RANGED,
     RETREAT,
     STRAFE_LEFT,
     STRAFE_RIGHT,
-    arena_diagonal,
-    ticks,
 )
+from .types import ORBS_PER_NPC, arena_diagonal, ticks
 
 _EPS = 1e-6  # as physics._EPS
 NPCS, SLOTS = range(NUM_NPCS), range(ORBS_PER_NPC)

@@ -55,8 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from .checks import check_key, check_range
-from .env import checked_actions
+from .checks import check_key, check_range, checked_actions
 from .learned_bot import BOT_OBS_SIZE, NUM_BOT_ACTIONS, bot_observation
 from .names import BOT_LEARNED, NUM_NPCS, NUM_TAGS
 from .physics import norm

@@ -25,8 +25,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .names import BOT_AGGRESSIVE, BOT_BALANCED, BOT_EVASIVE
 from .physics import closest_box_points, norm, rotate_left, safe_unit
-from .types import BOT_AGGRESSIVE, BOT_BALANCED, BOT_EVASIVE, EnvParams, ticks
+from .types import EnvParams, ticks
 
 MODE_AGGRESSIVE, MODE_EVASIVE = 0, 1
 

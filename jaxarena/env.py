@@ -10,13 +10,7 @@ from .bots import BotState, World, scripted_bot
 from .checks import check_key, check_params, checked_actions
 from .formations import SLOT_FEATURES, slot_features
 from .learned_bot import learned_move
-from .names import tag_index
-from .observe import FACING, can_melee, observe, with_tag
-from .physics import advance_orbs, fire_orbs, norm, resolve_collisions, rotate_left, safe_unit
-from .rewards import tag_shaping, team_reward
-from .spaces import Box, Discrete
-from .spawn import initial_state
-from .types import (
+from .names import (
     BOT_LEARNED,
     BOT_WIN,
     MELEE,
@@ -25,17 +19,20 @@ from .types import (
     NUM_ACTIONS,
     NUM_NPCS,
     NUM_TAGS,
-    OBS_SIZE,
     RANGED,
     RETREAT,
     RUNNING,
     STRAFE_LEFT,
     STRAFE_RIGHT,
     TIMEOUT,
-    EnvParams,
-    EnvState,
-    ticks,
+    tag_index,
 )
+from .observe import FACING, can_melee, observe, with_tag
+from .physics import advance_orbs, fire_orbs, norm, resolve_collisions, rotate_left, safe_unit
+from .rewards import tag_shaping, team_reward
+from .spaces import Box, Discrete
+from .spawn import initial_state
+from .types import OBS_SIZE, EnvParams, EnvState, ticks
 
 # Where "ArenaFormation-v0" and "-v2" put the slot features: after Table 3 and the facing.
 FORMATION = slice(FACING.stop, FACING.stop + SLOT_FEATURES)

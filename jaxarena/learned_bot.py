@@ -23,8 +23,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .bots import MODE_AGGRESSIVE, MODE_EVASIVE
+from .names import NUM_NPCS
 from .physics import nearest_box_point, norm
-from .types import NUM_NPCS, BotWeights, EnvParams, EnvState, arena_diagonal, ticks
+from .types import BotWeights, EnvParams, EnvState, arena_diagonal, ticks
 
 NUM_HEADINGS = 8
 HOLD = NUM_HEADINGS  # the ninth action: stand still

@@ -6,9 +6,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .names import LLM_FEATURES  # noqa: F401  (the order `llm_features` returns)
+from .names import NUM_NPCS, NUM_TAGS
 from .physics import nearest_box_point, norm
-from .types import NUM_NPCS, NUM_TAGS, EnvParams, EnvState, arena_diagonal
+from .types import EnvParams, EnvState, arena_diagonal
 
 # Row i lists the four allies of NPC i, in index order, skipping i itself.
 ALLY_INDEX = np.array([[j for j in range(NUM_NPCS) if j != i] for i in range(NUM_NPCS)])

@@ -19,7 +19,8 @@ import numpy as np
 from .env import Arena
 from .names import BOT_TYPES, TAGS, tag_index
 from .policies import Policy
-from .runner import hold_tags, make_runner
+from .runner import make_runner
+from .tag_sources import hold_tags
 from .types import EnvParams, EnvState
 
 if TYPE_CHECKING:

@@ -6,9 +6,9 @@ import jax
 import jax.numpy as jnp
 
 from .formations import slot_closeness
-from .names import FLANK, SURROUND
+from .names import FLANK, NUM_TAGS, SURROUND
 from .physics import norm
-from .types import NUM_TAGS, EnvParams, arena_diagonal
+from .types import EnvParams, arena_diagonal
 
 RETREAT_DISTANCE = 8.0  # u, Table 5's Retreat threshold
 # The "intent" recipe's Aggressive contact term fades to nothing at ENGAGE_FAR.

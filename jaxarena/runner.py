@@ -44,19 +44,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from .env import Arena, checked_actions, outcome_of
+from .checks import checked_actions
+from .env import Arena, outcome_of
 from .names import LLM_FEATURES, NUM_TAGS
 from .observe import llm_features
-from .tag_sources import (  # noqa: F401 - the tag sources' names, where code has always found them
-    CarryTagSource,
-    StateTagSource,
-    TagFn,
-    TagSource,
-    as_tag_source,
-    fixed_tags,
-    hold_tags,
-    schedule_tags,
-)
+from .tag_sources import TagFn, TagSource, as_tag_source
 from .types import EnvParams, EnvState, ticks
 
 

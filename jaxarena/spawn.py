@@ -13,7 +13,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .types import BOT_BALANCED, BOT_EVASIVE, NUM_NPCS, ORBS_PER_NPC, EnvParams, EnvState, ticks
+from .names import BOT_BALANCED, BOT_EVASIVE, NUM_NPCS
+from .types import ORBS_PER_NPC, EnvParams, EnvState, ticks
 
 # Uniforms drawn per episode: 5 NPC (x, z), bot (x, z), balanced bot's
 # start phase and its two base phase lengths.

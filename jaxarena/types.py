@@ -14,38 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from .names import (  # noqa: F401  (re-exported: the arena's code names them from here)
-    ACTIONS,
-    AGGRESSIVE,
-    BOT_AGGRESSIVE,
-    BOT_BALANCED,
-    BOT_EVASIVE,
-    BOT_LEARNED,
-    BOT_MAX_HP,
-    BOT_TYPES,
-    BOT_WIN,
-    DECISION_PERIOD_S,
-    DT,
-    EPISODE_S,
-    FLANK,
-    MELEE,
-    MOVE_TO_BOT,
-    NPC_MAX_HP,
-    NPC_WIN,
-    NUM_ACTIONS,
-    NUM_NPCS,
-    NUM_TAGS,
-    OUTCOMES,
-    RANGED,
-    RETREAT,
-    RETREAT_TAG,
-    RUNNING,
-    STRAFE_LEFT,
-    STRAFE_RIGHT,
-    SURROUND,
-    TAGS,
-    TIMEOUT,
-)
+from .names import BOT_BALANCED, BOT_MAX_HP, DECISION_PERIOD_S, DT, EPISODE_S, NPC_MAX_HP
 
 
 @struct.dataclass

@@ -24,8 +24,9 @@ import jax.numpy as jnp
 from flax import struct
 
 from .env import Arena, observation_low
-from .spaces import Box, Discrete  # noqa: F401  (re-exported: their home was this module)
-from .types import NUM_ACTIONS, NUM_NPCS, EnvParams, EnvState
+from .names import NUM_ACTIONS, NUM_NPCS
+from .spaces import Box, Discrete
+from .types import EnvParams, EnvState
 
 
 class GymnaxWrapper:

@@ -49,15 +49,7 @@ from jaxarena.names import BOT_MAX_HP, NPC_MAX_HP, NUM_NPCS, NUM_TAGS
 from . import programs as P
 from .graph_records import GraphRecords
 from .prompt import SYSTEM
-from .state_line import (  # noqa: F401 - re-exported: the graph path's names, where code finds them
-    HOST_PATH_HINT,
-    HostIds,
-    StateLineTokens,
-    UnsupportedTokenizer,
-    _half_up,
-    _option_tokens,
-    _tenths,
-)
+from .state_line import HOST_PATH_HINT, HostIds, StateLineTokens, UnsupportedTokenizer, _option_tokens
 
 #: Chunk sizes of the in-graph forward passes: big chunks while many prompts
 #: remain, then small ones, so a period pads at most `chunk_sizes[-1] - 1` rows.
@@ -373,11 +365,4 @@ def _host_hash(ids: Sequence[int]) -> int:
     return h
 
 
-__all__ = [
-    "DEFAULT_CHUNK_SIZES",
-    "GraphTagSource",
-    "StateLineTokens",
-    "UnsupportedTokenizer",
-    "choose_options",
-    "prompt_key_data",
-]
+__all__ = ["DEFAULT_CHUNK_SIZES", "GraphTagSource", "choose_options", "prompt_key_data"]

@@ -43,7 +43,7 @@ import numpy as np
 
 from jaxarena.files import write_atomic
 
-from .weights import ModelConfig
+from .gguf_config import ModelConfig
 
 #: Every projection an adapter may target, in block order.
 TARGETS = ("q", "k", "v", "o", "gate", "up", "down")

@@ -30,7 +30,7 @@ import numpy as np
 
 from . import lora
 from .attention import attention, attention_bias
-from .weights import ModelConfig
+from .gguf_config import ModelConfig
 
 
 def rms_norm(x: jax.Array, w: jax.Array, eps: float) -> jax.Array:

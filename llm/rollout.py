@@ -23,11 +23,12 @@ from typing import Any
 import jax
 
 from jaxarena.policies import Policy
-from jaxarena.runner import RolloutResult, TagFn, fixed_tags, make_runner, schedule_tags
+from jaxarena.runner import RolloutResult, make_runner
+from jaxarena.tag_sources import TagFn
 
 from .selector import TagSelector
 
-__all__ = ["RolloutResult", "TagFn", "fixed_tags", "make_rollout", "rollout_with_llm", "schedule_tags"]
+__all__ = ["make_rollout", "rollout_with_llm"]
 
 
 def make_rollout(

@@ -45,7 +45,6 @@ from .table_asking import (
     deduction_probs_for,
     iterative_chains_for,
     prompts_sha256,
-    reply_probs,
     vanilla_probs_for,
 )
 from .types import Backend
@@ -55,23 +54,18 @@ __all__ = [
     "ARRAY_FIELDS",
     "FORMAT_VERSION",
     "TABLES_DIR",
-    "Asker",
     "StrategyTable",
     "TableMetadata",
     "assess",
     "build_table",
     "check_style",
     "deduce",
-    "deduction_probs_for",
-    "iterative_chains_for",
     "load_table",
     "main",
     "propose",
-    "reply_probs",
     "save_table",
     "shipped_tables",
     "summary",
-    "vanilla_probs_for",
 ]
 
 #: Where the shipped tables live; `load_table(name)` finds `<name>.npz` here.

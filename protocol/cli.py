@@ -37,8 +37,9 @@ from jaxarena.llm.choice import DECODE_MODES
 from jaxarena.names import BOT_TYPES
 from jaxarena.scenarios import DEFAULT_SCENARIO, SCENARIOS
 
+from ..llm.paths import LLM_PATHS
 from . import combinations
-from .config import DEFAULT_COMBINATIONS, DEFAULT_ORACLE_ROLLOUTS, LLM_PATHS, ProtocolConfig
+from .config import DEFAULT_COMBINATIONS, DEFAULT_ORACLE_ROLLOUTS, ProtocolConfig
 from .policies import policy_env_id
 from .runner import ProtocolRunner
 from .tables import fallback_warning

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from jaxarena.zoo import DEFAULT_ENV_ID, Policy, directory_checksum, env_id_of, load, shaping_of
+from jaxarena.zoo import Policy, env_id_of, load, shaping_of
 
-__all__ = ["DEFAULT_ENV_ID", "directory_checksum", "policy_env_id", "policy_shaping", "resolve_policy"]
+__all__ = ["policy_env_id", "policy_shaping", "resolve_policy"]
 
 
 def resolve_policy(spec: str, greedy: bool = False) -> tuple[Callable, object, str, str]:

@@ -31,8 +31,9 @@ from jaxarena.env import Arena
 from jaxarena.llm.history import DecisionHistory, empty_history, push
 from jaxarena.names import BOT_TYPES, NPC_WIN
 from jaxarena.observe import llm_features
-from jaxarena.runner import Start, hold_tags, make_runner, schedule_of
+from jaxarena.runner import Start, make_runner, schedule_of
 from jaxarena.spaces import Box, Discrete, Tree
+from jaxarena.tag_sources import hold_tags
 from jaxarena.types import EnvParams, EnvState
 
 from .inputs import CANDIDATE_SIZE, STATE_SIZE, InputConfig, LLMAdvice, SelectorObs, selector_inputs

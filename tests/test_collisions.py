@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import jaxarena
 from jaxarena import physics
-from jaxarena.types import MELEE, MOVE_TO_BOT, STRAFE_LEFT, STRAFE_RIGHT
+from jaxarena.names import MELEE, MOVE_TO_BOT, STRAFE_LEFT, STRAFE_RIGHT
 
 _, PARAMS = jaxarena.make("Arena-v0")
 BOXES = np.asarray(PARAMS.boxes)

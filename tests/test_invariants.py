@@ -14,7 +14,7 @@ import pytest
 
 import jaxarena
 from jaxarena.batched import batch_first, batch_last
-from jaxarena.types import BOT_WIN, NPC_WIN, TIMEOUT
+from jaxarena.names import BOT_WIN, NPC_WIN, TIMEOUT
 
 
 def rollout(n_envs: int, n_ticks: int, seed: int, batched: bool = False):

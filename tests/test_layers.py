@@ -249,3 +249,65 @@ def test_importing_the_package_from_inside_it_counts_as_importing_its_init(tmp_p
     graph = import_graph(package_modules(tmp_path, {"pkg": "pkg"}))
     assert graph["pkg.env"] == [(2, "pkg"), (2, "pkg.util")]
     assert import_cycles(graph) == ["{pkg, pkg.env}: pkg:3 -> pkg.env:2 -> pkg"]
+
+
+def _top_level_names(statements: list[ast.stmt]) -> set[str]:
+    """What a module defines itself: its functions, classes and assigned names (also under `if`/`try`)."""
+    names = set()
+    for node in statements:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+        elif isinstance(node, ast.If | ast.Try):
+            inner = [*node.body, *node.orelse, *getattr(node, "finalbody", [])]
+            inner += [s for handler in getattr(node, "handlers", []) for s in handler.body]
+            names |= _top_level_names(inner)
+    return names
+
+
+def borrowed_imports(modules: dict[str, Path], files: Iterable[Path]) -> list[str]:
+    """`file:line name from module` for every `from M import name` in `files` where M is a project module,
+    not a package, that does not define `name`: a name imported from where it was re-exported."""
+    defined = {m: _top_level_names(ast.parse(p.read_text(encoding="utf-8")).body) for m, p in modules.items()}
+    owner = {p.resolve(): m for m, p in modules.items()}
+    found = []
+    for path in files:
+        me = owner.get(path.resolve())
+        package = (me if path.name == "__init__.py" else me.rpartition(".")[0]) if me else None
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if not isinstance(node, ast.ImportFrom) or (node.level and package is None):
+                continue
+            source = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                source = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            if source not in modules or modules[source].name == "__init__.py":
+                continue  # outside the project, or a package's public API
+            for alias in node.names:
+                if alias.name not in defined[source] and f"{source}.{alias.name}" not in modules:
+                    found.append(f"{path}:{node.lineno} {alias.name} from {source}")
+    return found
+
+
+def test_names_are_imported_from_the_module_that_defines_them():
+    modules = package_modules(ROOT, PACKAGE_DIRS)
+    folders = [*PACKAGE_DIRS.values(), "tests", "scripts", "studies", "benchmarks", "tools"]
+    files = sorted({p for folder in folders for p in (ROOT / folder).rglob("*.py") if "pretrained" not in p.parts})
+    found = borrowed_imports(modules, files)
+    assert not found, "import these from the module that defines them (only a package's __init__ re-exports):\n" + (
+        "\n".join(found)
+    )
+
+
+def test_a_borrowed_import_is_found(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "home.py").write_text("VALUE = 1\n")
+    (tmp_path / "pkg" / "hub.py").write_text("from .home import VALUE\n")
+    user = tmp_path / "pkg" / "user.py"
+    user.write_text("from .hub import VALUE\nfrom .home import VALUE as V\n")
+    modules = package_modules(tmp_path, {"pkg": "pkg"})
+    found = borrowed_imports(modules, [user, tmp_path / "pkg" / "hub.py"])
+    assert [f.split(" ", 1)[1] for f in found] == ["VALUE from pkg.hub"]

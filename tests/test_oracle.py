@@ -11,7 +11,8 @@ import jaxarena
 from jaxarena.analysis.oracle import best_tag, make_pricer, oracle_tag_source, price_states, wilson
 from jaxarena.names import MELEE, MOVE_TO_BOT, NPC_WIN, RETREAT, STRAFE_LEFT
 from jaxarena.observe import BOT_CAN_ATTACK, TAG
-from jaxarena.runner import fixed_tags, make_runner
+from jaxarena.runner import make_runner
+from jaxarena.tag_sources import fixed_tags
 
 
 def obeys_aggressive_only(params, obs, key):

@@ -14,7 +14,7 @@ import pytest
 from conftest import SPREAD, actions, build_state
 
 import jaxarena
-from jaxarena.types import MELEE, MOVE_TO_BOT, RANGED, RETREAT, STRAFE_LEFT, STRAFE_RIGHT
+from jaxarena.names import MELEE, MOVE_TO_BOT, RANGED, RETREAT, STRAFE_LEFT, STRAFE_RIGHT
 
 HOLD = MELEE  # a melee with nothing in range: the NPC stands still and does nothing
 

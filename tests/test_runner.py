@@ -13,7 +13,8 @@ import jaxarena
 from jaxarena.names import NUM_TAGS, TIMEOUT
 from jaxarena.observe import TAG
 from jaxarena.policies import SCRIPTED, focus_fire_policy, random_policy
-from jaxarena.runner import Accumulator, fixed_tags, hold_tags, make_runner, schedule_tags
+from jaxarena.runner import Accumulator, make_runner
+from jaxarena.tag_sources import fixed_tags, hold_tags, schedule_tags
 
 
 def test_the_vocabulary_imports_without_jax():

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jaxarena
+from jaxarena.names import AGGRESSIVE, FLANK, RETREAT_TAG, SURROUND
 from jaxarena.rewards import shaping
-from jaxarena.types import AGGRESSIVE, FLANK, RETREAT_TAG, SURROUND
 
 _, PARAMS = jaxarena.make("Arena-v0")
 D_MAX = 30.0 * np.sqrt(2.0)

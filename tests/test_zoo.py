@@ -12,7 +12,8 @@ import pytest
 
 from jaxarena import zoo, zoo_cli
 from jaxarena.algorithms.checkpoint import load_policy, read_config, resolve_path, shipped_policies
-from jaxarena.protocol.policies import directory_checksum, policy_env_id, policy_shaping, resolve_policy
+from jaxarena.protocol.policies import policy_env_id, policy_shaping, resolve_policy
+from jaxarena.zoo import directory_checksum
 from jaxarena.zoo_cards import CARD_FILE, FIELDS, NOT_MEASURED, CardError, read_card, shipped_directories
 
 # directory_checksum of every shipped squad before the cards existed (computed on the commit before them):

@@ -35,8 +35,8 @@ from flax import struct
 
 from ..env import Arena
 from ..names import NPC_WIN, NUM_TAGS
-from ..runner import Start, hold_tags, make_runner
-from ..tag_sources import TagSource
+from ..runner import Start, make_runner
+from ..tag_sources import TagSource, hold_tags
 from ..types import EnvParams, EnvState
 
 

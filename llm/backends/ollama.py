@@ -37,7 +37,7 @@ DEFAULT_TIMEOUT_S = 40.0
 DEFAULT_CONCURRENCY = 4
 
 
-__all__ = ["BackendUnavailable", "OllamaBackend"]
+__all__ = ["OllamaBackend"]
 
 
 def _same_model(requested: str, listed: str) -> bool:

@@ -69,7 +69,8 @@ def compare(
     from jaxarena.protocol.config import cell_key_data
     from jaxarena.protocol.policies import policy_env_id
     from jaxarena.protocol.stats import mann_whitney, outcome_cis, paired_bootstrap_diff
-    from jaxarena.runner import hold_tags, make_runner
+    from jaxarena.runner import make_runner
+    from jaxarena.tag_sources import hold_tags
 
     policy, policy_params = load_policy(policy_spec)
     env_id = policy_env_id(policy)

@@ -31,7 +31,8 @@ import optax
 
 from jaxarena.analysis.oracle import pricing_params
 from jaxarena.names import NPC_WIN, NUM_TAGS
-from jaxarena.runner import Start, hold_tags, make_runner
+from jaxarena.runner import Start, make_runner
+from jaxarena.tag_sources import hold_tags
 
 from . import losses
 from .model import TagModel, option_logits

@@ -22,7 +22,7 @@ def _squads(context, label: str) -> dict[str, str]:
 def _play(context, label: str, bot: str, key, progress) -> Played:
     import jax
 
-    from jaxarena.runner import hold_tags
+    from jaxarena.tag_sources import hold_tags
 
     c = context.config
     policy, params = context.resolve(c.policy_b)[:2]

@@ -12,9 +12,9 @@ import numpy as np
 
 from jaxarena.names import BOT_TYPES, NPC_WIN
 
+from ...zoo import DEFAULT_ENV_ID
 from ..combination import Combination, Played, ReportSection, win_entry
 from ..playing import arena, compile_rollout, episodes, timed_call
-from ..policies import DEFAULT_ENV_ID
 from ..tables import format_p, md_row, win_with_ci
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from jaxarena.algorithms.collapse import ENTROPY_COLLAPSE, NO_WINS, CollapseWatch
+from jaxarena.names import BOT_TYPES
 from jaxarena.scenarios import SCENARIOS, TrainingStandard, training_standard
-from jaxarena.types import BOT_TYPES
 
 STANDARD = TrainingStandard(bars=None, after_steps=1000, window_steps=400, entropy_floor=0.5, stuck_win_rate=0.05)
 

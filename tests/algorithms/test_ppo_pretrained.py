@@ -8,7 +8,7 @@ import pytest
 from jaxarena.algorithms.checkpoint import load_policy, shipped_policies
 from jaxarena.algorithms.evaluation import paired_gain, run_episodes, tag_response, wilson_interval
 from jaxarena.analysis.intents import MEASURES
-from jaxarena.types import AGGRESSIVE, FLANK, RETREAT_TAG, SURROUND
+from jaxarena.names import AGGRESSIVE, FLANK, RETREAT_TAG, SURROUND
 
 
 def needs(name):

@@ -10,7 +10,8 @@ from jaxarena import names
 from jaxarena.coder import limits
 from jaxarena.coder.helpers import HELPERS
 from jaxarena.coder.language import ACTIONS, BASELINES, CONSTANTS, EXAMPLE, FIELDS, RULES, reference_text
-from jaxarena.coder.sandbox import RESERVED, check_program
+from jaxarena.coder.sandbox import check_program
+from jaxarena.coder.sandbox_rules import RESERVED
 from jaxarena.coder.translate import observation_record, translate
 from jaxarena.types import EnvParams
 

@@ -22,8 +22,8 @@ from PIL import Image
 
 from jaxarena.coder.cli import main as cli_main
 from jaxarena.coder.language import reference_text
-from jaxarena.coder.loop import Loop, LoopConfig, LoopError, load_events, update_skills
-from jaxarena.coder.loop_config import run_name
+from jaxarena.coder.loop import Loop, update_skills
+from jaxarena.coder.loop_config import LoopConfig, LoopError, run_name
 from jaxarena.coder.prompts import (
     CHANGE,
     IMPROVE,
@@ -33,7 +33,8 @@ from jaxarena.coder.prompts import (
     planner_prompt,
     task_information,
 )
-from jaxarena.coder.scoring import Score
+from jaxarena.coder.run_log import load_events
+from jaxarena.coder.score_types import Score
 from jaxarena.llm.testing import ServerProcess
 
 MODEL = "qwen2.5-coder:7b"
@@ -255,7 +256,7 @@ def test_a_run_folder_with_another_config_is_refused(server, tmp_path):
 
 
 def test_the_ollama_backend_generates_programs_not_tags():
-    from jaxarena.coder.loop import make_loop_backend
+    from jaxarena.coder.loop_backend import make_loop_backend
 
     backend = make_loop_backend(LoopConfig(llm="ollama", max_tokens=640, temperature=0.3, seed=4))
     assert backend.model == "qwen2.5-coder:7b" and backend.decode == "free"

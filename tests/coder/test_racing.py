@@ -13,7 +13,8 @@ import pytest
 
 from jaxarena.coder.loop_config import LoopConfig
 from jaxarena.coder.racing import RaceConfig, race_policies
-from jaxarena.coder.scoring import Score, ScoreConfig, score_policies, score_sources
+from jaxarena.coder.score_types import Score, ScoreConfig
+from jaxarena.coder.scoring import score_policies, score_sources
 from jaxarena.coder.translate import translate
 
 RUSH = "def policy(obs):\n    if obs.bot.can_attack:\n        return MELEE\n    return MOVE_TO_BOT\n"

@@ -16,7 +16,8 @@ import pytest
 
 from jaxarena.coder import limits
 from jaxarena.coder.compile import compile_program
-from jaxarena.coder.sandbox import KINDS, ProgramError, check_program
+from jaxarena.coder.program_error import KINDS, ProgramError
+from jaxarena.coder.sandbox import check_program
 
 MARKER = "PWNED"  # the file name hostile programs try to create under tmp_path
 

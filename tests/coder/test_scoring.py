@@ -14,16 +14,9 @@ import numpy as np
 import pytest
 
 import jaxarena
-from jaxarena.coder.scoring import (
-    NO_CODE,
-    PROGRAM_ERROR,
-    ScoreConfig,
-    episode_keys,
-    make_batch_scorer,
-    score_policies,
-    score_replies,
-    score_sources,
-)
+from jaxarena.coder.batch_rollout import episode_keys, make_batch_scorer
+from jaxarena.coder.score_types import NO_CODE, PROGRAM_ERROR, ScoreConfig
+from jaxarena.coder.scoring import score_policies, score_replies, score_sources
 from jaxarena.coder.translate import translate
 from jaxarena.names import NPC_WIN, bot_index
 from jaxarena.runner import make_runner

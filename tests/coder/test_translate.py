@@ -18,7 +18,7 @@ import pytest
 import jaxarena
 from jaxarena.coder import limits
 from jaxarena.coder.language import ACTIONS, CONSTANTS
-from jaxarena.coder.sandbox import ProgramError
+from jaxarena.coder.program_error import ProgramError
 from jaxarena.coder.translate import translate
 from jaxarena.names import MELEE, RANGED
 from jaxarena.policies import chase_and_orb_policy, focus_fire_policy, kite_policy

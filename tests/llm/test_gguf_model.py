@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from gguf_common import ARCHS, generator, gguf_path, reference
 
+from jaxarena.llm.dequantize import SUPPORTED_TENSOR_TYPES
 from jaxarena.llm.prompt import SYSTEM
-from jaxarena.llm.weights import SUPPORTED_TENSOR_TYPES
 
 F32_TOL = 1e-3  # measured ~1e-5: float32 on both sides, different summation order
 BF16_TOL = 0.2  # measured ~0.06: weights rounded to bf16 (logits spread ~2.4)

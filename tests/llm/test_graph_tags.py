@@ -10,17 +10,11 @@ import pytest
 from embedded_common import generator
 
 import jaxarena
-from jaxarena.llm.graph_tags import (
-    GraphTagSource,
-    StateLineTokens,
-    UnsupportedTokenizer,
-    _half_up,
-    _tenths,
-    choose_options,
-    prompt_key_data,
-)
+from jaxarena.llm.graph_tags import GraphTagSource, choose_options, prompt_key_data
 from jaxarena.llm.prompt import SYSTEM, build_prompt
-from jaxarena.runner import CarryTagSource, make_runner
+from jaxarena.llm.state_line import StateLineTokens, UnsupportedTokenizer, _half_up, _tenths
+from jaxarena.runner import make_runner
+from jaxarena.tag_sources import CarryTagSource
 
 
 def graph_source(dtype_name: str) -> GraphTagSource:

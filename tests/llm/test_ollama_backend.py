@@ -11,7 +11,8 @@ import time
 import pytest
 from llm_servers import digit_server, free_port, server  # noqa: F401 - pytest fixtures
 
-from jaxarena.llm.backends.ollama import BackendUnavailable, OllamaBackend
+from jaxarena.llm.backends.ollama import OllamaBackend
+from jaxarena.llm.preflight import BackendUnavailable
 from jaxarena.llm.prompt import SYSTEM, build_prompt, parse_tag
 from jaxarena.llm.testing import GARBAGE_REPLIES, hash_digit
 from jaxarena.llm.types import Prompt

@@ -16,9 +16,10 @@ from llm_servers import digit_server, server  # noqa: F401 - pytest fixtures
 import jaxarena
 from jaxarena.llm.backends.ollama import OllamaBackend
 from jaxarena.llm.prompt import build_prompt
-from jaxarena.llm.rollout import fixed_tags, make_rollout, rollout_with_llm, schedule_tags
+from jaxarena.llm.rollout import make_rollout, rollout_with_llm
 from jaxarena.llm.selector import TagSelector
 from jaxarena.llm.testing import hash_digit
+from jaxarena.tag_sources import fixed_tags, schedule_tags
 
 N = 12
 

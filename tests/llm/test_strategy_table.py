@@ -16,20 +16,8 @@ import jaxarena
 from jaxarena.llm.candidates import NO_ASSESSMENT, NUM_CANDIDATE_CELLS, candidate_cell
 from jaxarena.llm.deduction import NUM_DEDUCTION_CELLS, deduction_cell
 from jaxarena.llm.history import HISTORY_LEN, NUM_POINT_FEATURES, DecisionHistory
-from jaxarena.llm.strategy_table import (
-    Asker,
-    assess,
-    build_table,
-    deduce,
-    deduction_probs_for,
-    iterative_chains_for,
-    load_table,
-    propose,
-    reply_probs,
-    save_table,
-    shipped_tables,
-    vanilla_probs_for,
-)
+from jaxarena.llm.strategy_table import assess, build_table, deduce, load_table, propose, save_table, shipped_tables
+from jaxarena.llm.table_asking import Asker, deduction_probs_for, iterative_chains_for, reply_probs, vanilla_probs_for
 from jaxarena.llm.types import Reply
 
 PARAMS = jaxarena.make("Arena-v0")[1]

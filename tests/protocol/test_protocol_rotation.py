@@ -15,7 +15,8 @@ from jaxarena.protocol.cli import build_parser, config_from_args
 from jaxarena.protocol.combinations import get, names, sections
 from jaxarena.protocol.combinations.r import ROTATION
 from jaxarena.protocol.policies import policy_env_id, policy_shaping, resolve_policy
-from jaxarena.runner import make_runner, schedule_tags
+from jaxarena.runner import make_runner
+from jaxarena.tag_sources import schedule_tags
 
 CONFIG = ProtocolConfig(episodes=3, seed=3, bots=("evasive",), combinations=("R",), num_periods=3, n_boot=200)
 

@@ -194,7 +194,8 @@ def test_n1_plays_the_tables_first_candidate(run):
     from jaxarena.llm.history import HISTORY_LEN, NUM_POINT_FEATURES, DecisionHistory, push
     from jaxarena.llm.strategy_table import assess, load_table, propose
     from jaxarena.protocol.policies import policy_env_id, resolve_policy
-    from jaxarena.runner import CarryTagSource, make_runner
+    from jaxarena.runner import make_runner
+    from jaxarena.tag_sources import CarryTagSource
 
     config = run["config"]
     fp = run["cells"]["C-N1_balanced"]["fingerprint"]
