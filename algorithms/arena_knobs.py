@@ -28,6 +28,7 @@ ARENA_KNOBS = (
     "orb_speed",
     "orb_damage",
     "orb_cooldown",
+    "orb_min_range",
     "balanced_phase_min_s",
     "balanced_phase_max_s",
 )

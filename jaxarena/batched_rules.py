@@ -208,6 +208,7 @@ def launch_orbs(s, orbs, act, nx, nz, alive, params):
     for i in NPCS:
         active = orbs["active"][i]
         fire_i = (act[i] == RANGED) & (s.npc_orb_cd[i] == 0) & ~(active[0] & active[1])
+        fire_i &= jnp.sqrt((bx - nx[i]) ** 2 + (bz - nz[i]) ** 2) >= params.orb_min_range
         ux, uz = unit(bx - nx[i], bz - nz[i])
         fire_i, ux, uz, block = keep(fire_i, ux, uz, ray_box_entry(nx[i], nz[i], ux, uz, params.orb_range, params))
         fire.append(fire_i)

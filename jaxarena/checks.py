@@ -91,7 +91,7 @@ _POSITIVE = (
     "balanced_phase_max_s",
     "bot_avoid_distance",
 )
-_NON_NEGATIVE = ("bot_speed", "npc_speed", "bot_melee_damage", "npc_melee_damage", "orb_damage")
+_NON_NEGATIVE = ("bot_speed", "npc_speed", "bot_melee_damage", "npc_melee_damage", "orb_damage", "orb_min_range")
 #: The params' array fields; every other field is a number.
 _ARRAYS = ("boxes", "npc_spawn", "bot_spawn", "bot_weights")
 _BOTS = ", ".join(f"{i} ({name})" for i, name in enumerate(BOT_TYPES)) + f" or {len(BOT_TYPES)} (learned)"

@@ -253,6 +253,7 @@ class Arena:
         in_reach = alive & (norm(state.npc_pos - state.bot_pos) <= params.bot_melee_range)
         hit_npc = jnp.where(params.bot_cleave > 0.5, in_reach, jnp.arange(NUM_NPCS) == target) & bot_strikes
         fire = (act == RANGED) & (state.npc_orb_cd == 0) & ~jnp.all(state.orb_active, axis=-1)
+        fire &= norm(state.npc_pos - state.bot_pos) >= params.orb_min_range
         orb_active = state.orb_active & alive[:, None]  # a dead NPC's orbs vanish
         orbs = (state.orb_pos, state.orb_dir, state.orb_travel, state.orb_block, orb_active)
         orbs = fire_orbs(fire, state.npc_pos, state.bot_pos, orbs, params.boxes, params.orb_range)

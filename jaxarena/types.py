@@ -86,6 +86,9 @@ class EnvParams:
     orb_speed: float = 12.0
     orb_damage: float = 5.0
     orb_cooldown: float = 1.0
+    # An NPC fires an orb only at a bot at least this far away (0: anywhere in range). A ranged
+    # attack that needs room to aim is one way a squad can beat a fleeing bot and lose a brawl.
+    orb_min_range: float = 0.0
     # Geometry (Fig. 4 gives the layout, not the numbers).
     arena_size: float = 30.0
     unit_radius: float = 0.5

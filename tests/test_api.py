@@ -76,7 +76,9 @@ def test_make_rejects_non_positive_hp_ranges_cooldowns_and_times(field, value):
         jaxarena.make("Arena-v0", **{field: value})
 
 
-@pytest.mark.parametrize("field", ["bot_speed", "npc_speed", "bot_melee_damage", "npc_melee_damage", "orb_damage"])
+@pytest.mark.parametrize(
+    "field", ["bot_speed", "npc_speed", "bot_melee_damage", "npc_melee_damage", "orb_damage", "orb_min_range"]
+)
 def test_make_rejects_negative_speeds_and_damage_but_allows_a_harmless_still_dummy(field):
     with pytest.raises(ValueError, match=f"{field} must be >= 0, got -1.0"):
         jaxarena.make("Arena-v0", **{field: -1.0})

@@ -51,11 +51,17 @@ def test_the_reset_draws_the_vmapped_episodes_bit_for_bit(keys):
 
 
 @pytest.mark.parametrize(
-    "bot",
-    [pytest.param("aggressive", marks=pytest.mark.slow), pytest.param("evasive", marks=pytest.mark.slow), "balanced"],
+    "bot,knobs",
+    [
+        pytest.param("aggressive", {}, marks=pytest.mark.slow),
+        pytest.param("evasive", {}, marks=pytest.mark.slow),
+        ("balanced", {}),
+        # A knob of the rules beyond Table 1, which both layouts read.
+        pytest.param("aggressive", {"orb_min_range": 4.0}, marks=pytest.mark.slow),
+    ],
 )
-def test_a_short_rollout_matches_the_vmapped_step_tick_by_tick(bot):
-    env, params = jaxarena.make("Arena-v0", bot=bot, shaping_weight=1.0)  # Table 5's shaping paid too
+def test_a_short_rollout_matches_the_vmapped_step_tick_by_tick(bot, knobs):
+    env, params = jaxarena.make("Arena-v0", bot=bot, shaping_weight=1.0, **knobs)  # Table 5's shaping paid too
     params = params.replace(episode_s=1.5)  # every arena times out and resets inside the window
     ref = random_rollout(env, params, n=32, ticks=25, seed=0, batched=False)
     mine = random_rollout(env, params, n=32, ticks=25, seed=0, batched=True)

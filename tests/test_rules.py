@@ -176,6 +176,17 @@ def test_orb_cooldown_is_one_second(still_bot):
     assert int(state.orb_active.sum()) == 1  # the third orb is still flying
 
 
+@pytest.mark.parametrize("min_range,hits", [(0.0, True), (5.9, True), (6.1, False)])
+def test_no_orb_is_fired_at_a_bot_closer_than_the_orb_min_range(min_range, hits):
+    _, params = jaxarena.make("Arena-v0", bot="aggressive", bot_speed=0.0, orb_min_range=min_range)
+    npc = SPREAD.copy()
+    npc[2] = [15.0, 3.0]
+    state = build_state(params, npc, [15.0, 9.0])  # 6 u apart, centre to centre
+    state, infos = run(params, state, [[HOLD, HOLD, RANGED, HOLD, HOLD]] + [[HOLD] * 5] * 6)
+    assert float(state.bot_hp) == (295.0 if hits else 300.0)
+    assert int(state.npc_orb_cd[2]) == (3 if hits else 0)  # ticks left; no orb fired: no cooldown spent
+
+
 def test_at_most_two_orbs_in_flight_per_npc():
     _, params = jaxarena.make("Arena-v0", bot="aggressive", bot_speed=0.0, orb_cooldown=0.1)
     npc = SPREAD.copy()
