@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from jaxarena.cli_errors import RESUME_HINT, ArgumentParser, cli_main, interrupted
+from jaxarena.config_files import config_from
 from jaxarena.names import BOT_TYPES
 
 
@@ -80,25 +81,11 @@ def main(argv: list[str] | None = None) -> int:
         raise LoopError(f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} only for --race")
 
     # A LoopError (bad settings, an LLM that cannot answer) is the one error line of `cli_main`.
-    config = LoopConfig(
-        llm=args.llm,
-        model=args.model,
-        host=args.host,
-        k=args.k,
-        rounds=args.rounds,
-        seed=args.seed,
-        episodes_per_bot=args.episodes_per_bot,
-        scenario=args.scenario,
-        bots=tuple(args.bots),
-        lanes=args.lanes,
-        max_tokens=args.max_tokens,
-        temperature=args.temperature,
-        timeout_s=args.timeout_s,
-        gif_bot=args.gif_bot,
-        race=args.race,
-        race_alpha=0.05 if args.race_alpha is None else args.race_alpha,
-        race_first=30 if args.race_first is None else args.race_first,
-        coder_adapter=args.coder_adapter,
+    config = config_from(
+        LoopConfig,
+        args,
+        race_alpha=LoopConfig.race_alpha if args.race_alpha is None else args.race_alpha,
+        race_first=LoopConfig.race_first if args.race_first is None else args.race_first,
     )
     run_dir = Path(args.out) / (args.run or run_name(config))
     loop = Loop(config, run_dir, progress=None if args.no_progress else lambda line: print(line, flush=True))

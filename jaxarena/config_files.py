@@ -15,6 +15,7 @@ run with exactly the settings of RUN.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tomllib
 from collections.abc import Iterable
@@ -44,3 +45,20 @@ def read_fields(path: str | Path, fields: Iterable[str]) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"{path}: {unknown} are not settings here; the settings are {', '.join(sorted(fields))}")
     return data
+
+
+def config_from(cls, source, **changes):
+    """A `cls` dataclass from the attributes of `source` named as its fields (parsed arguments, or
+    another config), with `changes` in their place. A list read for a tuple field becomes a tuple; a
+    field `source` lacks keeps its default. The one way a command turns its flags into its config."""
+    values = {}
+    for field in dataclasses.fields(cls):
+        if field.name in changes:
+            values[field.name] = changes[field.name]
+        elif hasattr(source, field.name):
+            value = getattr(source, field.name)
+            values[field.name] = tuple(value) if isinstance(value, list) and "tuple" in str(field.type) else value
+    unknown = sorted(set(changes) - set(values))
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no fields {unknown}")
+    return cls(**values)

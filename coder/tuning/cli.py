@@ -18,6 +18,7 @@ from pathlib import Path
 
 from jaxarena import host_memory
 from jaxarena.cli_errors import RESUME_HINT, ArgumentParser, cli_main, interrupted
+from jaxarena.config_files import config_from
 
 from .train import METHODS, CoderTuneConfig
 
@@ -54,25 +55,7 @@ def _train(args) -> None:
     from .model import CoderModel
     from .train import train_coder
 
-    config = CoderTuneConfig(
-        method=args.method,
-        steps=args.steps,
-        batch=args.batch,
-        lr=args.lr,
-        rank=args.rank,
-        eval_every=args.eval_every,
-        seed=args.seed,
-        draw_seed=args.draw_seed,
-        scenario=args.scenario,
-        init_from=args.init_from,
-        group=args.group,
-        kl_coef=args.kl_coef,
-        temperature=args.temperature,
-        max_new_tokens=args.max_new_tokens,
-        episodes_per_bot=args.episodes_per_bot,
-        held_out=args.held_out,
-        filter_episodes=args.filter_episodes,
-    )
+    config = config_from(CoderTuneConfig, args)
     if args.init_from:  # before the filter's minutes of scoring
         from jaxarena.llm.adapters import resolve_adapter
 

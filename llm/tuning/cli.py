@@ -20,6 +20,7 @@ import argparse
 import sys
 
 from jaxarena.cli_errors import RESUME_HINT, ArgumentParser, cli_main, interrupted
+from jaxarena.config_files import config_from
 
 from .squad_args import squad_args
 
@@ -62,25 +63,8 @@ def _train(args) -> None:
     from .train import TrainConfig, train
 
     data_config = json.loads((Path(args.data) / "config.json").read_text())
-    config = TrainConfig(
-        method=args.method,
-        data=str(args.data),
-        steps=args.steps,
-        batch=args.batch,
-        lr=args.lr,
-        tau=args.tau,
-        beta=args.beta,
-        rank=args.rank,
-        alpha=args.alpha,
-        targets=tuple(args.targets),
-        eval_every=args.eval_every,
-        seed=args.seed,
-        episodes=args.episodes,
-        group=args.group,
-        inner_steps=args.inner_steps,
-        kl_coef=args.kl_coef,
-        teacher=args.teacher,
-    )
+    # The adapter a run starts from is set below, with the rank and targets it brings.
+    config = config_from(TrainConfig, args, data=str(args.data), init_from=None)
     limits = _scenario_limits(data_config["scenario"])
     if args.init_from:
         # Start from a trained adapter (e.g. GRPO after SFT); its rank and targets are the run's.

@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxarena.config_files import config_from
 from jaxarena.files import write_atomic
 from jaxarena.key_streams import GRPO_STREAM
 from jaxarena.names import BOT_TYPES
@@ -285,15 +286,7 @@ def _online_step(config: TrainConfig, model: TagModel, data):
     bots = data_config["bots"]
     env, params0 = jaxarena.make(env_id, bot=bots[0], scenario=data_config["scenario"])
     bot_params = [jaxarena.make(env_id, bot=b, scenario=data_config["scenario"])[1] for b in bots]
-    grpo = GRPOConfig(
-        episodes=config.episodes,
-        states=config.batch,
-        group=config.group,
-        inner_steps=config.inner_steps,
-        clip_eps=config.clip_eps,
-        kl_coef=config.kl_coef,
-        lr=config.lr,
-    )
+    grpo = config_from(GRPOConfig, config, states=config.batch)
     step, optimizer = make_grpo_step(env, params0, policy, model, grpo)
     key = grpo_key(config.seed)
 
