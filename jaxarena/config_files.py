@@ -20,6 +20,7 @@ import json
 import tomllib
 from collections.abc import Iterable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 #: The file types read, by suffix.
@@ -62,3 +63,9 @@ def config_from(cls, source, **changes):
     if unknown:
         raise TypeError(f"{cls.__name__} has no fields {unknown}")
     return cls(**values)
+
+
+def load_config(cls, path: str | Path):
+    """A `cls` dataclass from a .json or .toml file of its fields (`read_fields`); a list is read back as a
+    tuple where the field is one, so a config written as JSON loads equal to itself."""
+    return config_from(cls, SimpleNamespace(**read_fields(path, [f.name for f in dataclasses.fields(cls)])))

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxarena.config_files import read_fields
+from jaxarena.config_files import load_config
 from jaxarena.llm.backends import parse_llm_spec
 from jaxarena.llm.choice import DECODE_MODES
 from jaxarena.llm.paths import LLM_PATHS
@@ -150,29 +150,16 @@ class ProtocolConfig:
         return [(c, b) for c in self.labels() for b in self.bots]
 
     def as_dict(self) -> dict:
-        """The run's settings as plain data (`config.json`, summary.json's `config`); `from_dict` reads it back."""
+        """The run's settings as plain data (`config.json`, summary.json's `config`); `from_file` reads it back."""
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["bots"], d["combinations"] = list(self.bots), list(self.combinations)
         d["options"] = {name: dataclasses.asdict(options) for name, options in self.options.items()}
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> ProtocolConfig:
-        """The config `as_dict` wrote (or a file spelt the same way): lists read back as tuples; a ValueError
-        names a key that is no setting."""
-        unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})
-        if unknown:
-            raise ValueError(f"{unknown} are not protocol settings")
-        d = dict(d)
-        for name in ("bots", "combinations"):
-            if name in d:
-                d[name] = tuple(d[name])
-        return cls(**d)
-
-    @classmethod
     def from_file(cls, path) -> ProtocolConfig:
         """The config in a .json or .toml file: a run's `config.json`, or one written by hand."""
-        return cls.from_dict(read_fields(path, [f.name for f in dataclasses.fields(cls)]))
+        return load_config(cls, path)
 
     def identity_dict(self) -> dict:
         """What the default run id hashes: the run's settings and what each combination adds.

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 
 import pytest
 
-from jaxarena.config_files import config_from
+from jaxarena.coder.loop_config import LoopConfig
+from jaxarena.config_files import config_from, load_config
 from jaxarena.llm.tuning.grpo import GRPOConfig
 from jaxarena.llm.tuning.train import TrainConfig
 
@@ -36,3 +38,14 @@ def test_a_config_reads_the_fields_it_shares_with_another():
     train = TrainConfig(method="grpo", batch=12, group=4, inner_steps=3, clip_eps=0.1, kl_coef=0.5, lr=3e-4)
     grpo = config_from(GRPOConfig, train, states=train.batch)
     assert grpo == GRPOConfig(episodes=32, states=12, group=4, inner_steps=3, clip_eps=0.1, kl_coef=0.5, lr=3e-4)
+
+
+def test_every_config_dataclass_loads_back_from_the_json_it_dumps(tmp_path):
+    for config in (
+        Settings(rounds=7, bots=("evasive", "balanced")),
+        LoopConfig(k=2, bots=("balanced",)),
+        TrainConfig(),
+    ):
+        path = tmp_path / f"{type(config).__name__}.json"
+        path.write_text(json.dumps(dataclasses.asdict(config)))
+        assert load_config(type(config), path) == config
