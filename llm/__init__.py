@@ -37,8 +37,8 @@ _EXPORTS = {
     "make_backend": "backends",
     "rollout_with_llm": "rollout",
     "make_rollout": "rollout",
-    "fixed_tags": "rollout",
-    "schedule_tags": "rollout",
+    "fixed_tags": "jaxarena.tag_sources",
+    "schedule_tags": "jaxarena.tag_sources",
     "RolloutResult": "rollout",
 }
 
