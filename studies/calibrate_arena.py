@@ -100,6 +100,11 @@ def outcome_figures(outcome: np.ndarray, episode_time: np.ndarray) -> dict:
     return figures
 
 
+def run_figures(episodes: dict) -> dict:
+    """One run's Table 6 figures per bot, from its played episodes."""
+    return {bot: outcome_figures(e["outcome"], e["episode_time"]) for bot, e in episodes.items()}
+
+
 def paper_targets() -> dict:
     """Per bot: the paper's rates with their 95% Wilson intervals at n = 100, and its mean."""
     targets = {}
@@ -235,7 +240,10 @@ def main(argv=None) -> int:
         "episodes_per_bot_and_seed": args.episodes,
         "paper": targets,
         "points": scored,
-        "runs": [{k: v for k, v in r.items() if k != "episodes"} for r in played],
+        # Each run's own figures too: a single squad's episodes can be replayed and compared.
+        "runs": [
+            {**{k: v for k, v in r.items() if k != "episodes"}, "figures": run_figures(r["episodes"])} for r in played
+        ],
         "wall_s": round(time.time() - started, 1),
     }
     args.out.mkdir(parents=True, exist_ok=True)

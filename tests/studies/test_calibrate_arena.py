@@ -59,5 +59,7 @@ def test_a_tiny_grid_trains_in_one_program_and_scores_each_point(tmp_path):
     # A bot of 3000 HP outlasts 4 untrained squads' two minutes where one of 300 HP may not.
     strong = next(p for p in record["points"] if p["setting"] == "arena.bot_hp=3000")
     assert all(strong["figures"][bot]["npc_win"]["pct"] == 0.0 for bot in BOT_TYPES)
+    for run in record["runs"]:  # each run's own figures, 4 episodes per bot
+        assert {b: run["figures"][b]["n"] for b in BOT_TYPES} == dict.fromkeys(BOT_TYPES, 4)
     assert (tmp_path / "calibrate_arena.png").stat().st_size > 0
     assert "| paper (Table 6) | 12 |" in (tmp_path / "calibrate_arena.md").read_text()
