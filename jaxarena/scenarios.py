@@ -15,7 +15,7 @@ from types import MappingProxyType
 
 from .names import BOT_MAX_HP
 
-#: name -> EnvParams overrides. Squad size and the NPCs' stats stay the paper's.
+#: name -> EnvParams overrides. Squad size stays the paper's, and the NPCs' stats but in `unity`.
 SCENARIOS = MappingProxyType(
     {
         # Table 1 as published.

@@ -214,7 +214,11 @@ def summary_episode_s(summary: dict) -> float:
     return summary.get("protocol", {}).get("episode_s", EPISODE_S)
 
 
-_WIN_WORDS = {"up": "won more often than A", "down": "won less often than A", "none": "won as often as A"}
+_WIN_WORDS = {
+    "up": "won more often than A",
+    "down": "won less often than A",
+    "none": "won neither more nor less often than A, as far as its CI tells",
+}
 _LENGTH_WORDS = {
     "shorter": "ended sooner than A's",
     "longer": "lasted longer than A's",
