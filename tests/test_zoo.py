@@ -30,6 +30,8 @@ CHECKSUMS_BEFORE_CARDS = {
     "B-obey": "a0d6ddeb6c53e342e925feea5cd51def112c6855ff30a2a3ef1c955094b25afd",
     "B-obey-brute": "7c1ba32f1efc2d5e7d234afab5fbda302ae298ea5c5890687477cad7794a9db6",
     "B-sides-raid": "cddf3a98da871bc14a44cf69b69b011737ee8f94de9318343d57838fb4e930b1",
+    "A-unity": "c2a9ee5b09398de46030ee042f0825c73c112602d5a8ba1ea0f8d91d5ed1e9f4",
+    "B-unity": "2f77444376cad2ae81d8a466119c0d7a00f59ec7d9ffc348a382f695d9c50dcd",
 }
 SQUADS = sorted(CHECKSUMS_BEFORE_CARDS)
 SELECTORS = ["C", "C-all-tags", "C-nodeduction", "C-raid", "C-scripted"]
@@ -158,7 +160,7 @@ def test_scripted_and_white_box_specs():
 
 
 def test_unknown_specs_name_the_choices():
-    with pytest.raises(ValueError, match="no squad policy 'A-raids'.*A-raid, B.*scripted:NAME.*coder:NAME"):
+    with pytest.raises(ValueError, match="no squad policy 'A-raids'.*A-raid, A-unity, B.*scripted:NAME.*coder:NAME"):
         zoo.load("A-raids")
     with pytest.raises(FileNotFoundError):  # what callers caught before the zoo
         resolve_policy("no/such/run")
