@@ -35,7 +35,7 @@ from .run_log import RunLog, prepare_run_dir, prompt_json, prompt_md, round_dir,
 from .score_types import Score
 from .scoring import score_sources
 
-# The loop's own names, and those of its parts that callers import from here.
+# The loop's own names.
 __all__ = ["Loop", "update_skills"]
 
 

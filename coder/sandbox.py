@@ -20,7 +20,7 @@ from .language import ACTIONS, CONSTANTS, FIELD_NAMES
 from .program_error import ProgramError, error_at
 from .sandbox_rules import BUILTIN_REASONS, NODE_REASONS, OPERATORS, RESERVED
 
-# The sandbox's own entry point, and the names of its parts that callers import from here.
+# The sandbox's own entry point.
 __all__ = ["check_program"]
 
 

@@ -31,7 +31,7 @@ from .batch_rollout import rollout_policies, trace_error
 from .score_stats import ok_score
 from .score_types import Score, ScoreConfig, error_score, no_code_score, rollout_error_score
 
-# The scoring entry points, and the names of its parts that callers import from here.
+# The scoring entry points.
 __all__ = ["score_policies", "score_replies", "score_sources"]
 
 

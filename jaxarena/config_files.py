@@ -65,7 +65,21 @@ def config_from(cls, source, **changes):
     return cls(**values)
 
 
+#: The plain field types a file's value is checked against before the config sees it.
+_PLAIN_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
+
+
 def load_config(cls, path: str | Path):
     """A `cls` dataclass from a .json or .toml file of its fields (`read_fields`); a list is read back as a
-    tuple where the field is one, so a config written as JSON loads equal to itself."""
-    return config_from(cls, SimpleNamespace(**read_fields(path, [f.name for f in dataclasses.fields(cls)])))
+    tuple where the field is one, so a config written as JSON loads equal to itself. A value of the wrong
+    plain type (`episodes = "2"`) is a ValueError naming the field."""
+    fields = {f.name: str(f.type) for f in dataclasses.fields(cls)}
+    values = read_fields(path, fields)
+    for name, value in values.items():
+        kind = fields[name].removesuffix(" | None")
+        wants = _PLAIN_TYPES.get(kind)
+        if wants is None or (value is None and fields[name].endswith("| None")):
+            continue
+        if not isinstance(value, wants) or (isinstance(value, bool) and kind != "bool"):
+            raise ValueError(f"{path}: {name} takes {kind}, got {value!r}")
+    return config_from(cls, SimpleNamespace(**values))

@@ -85,7 +85,7 @@ def resolve_collisions(pos: jax.Array, previous: jax.Array, radius, boxes: jax.A
 def fire_orbs(fire: jax.Array, npc_pos: jax.Array, target: jax.Array, orbs: tuple, boxes: jax.Array, orb_range):
     """Launch one orb per firing NPC into its first free slot, aimed at `target`.
 
-    fire: (5,) bool, already checked for alive, cooldown and a free slot.
+    fire: (5,) bool, already checked for alive, cooldown, a free slot and `orb_min_range`.
     orbs: (orb_pos, orb_dir, orb_travel, orb_block, orb_active). Returns them updated.
     An orb flies straight, so where its path enters a box (`orb_block`,
     distance from the launch point; inf if not within `orb_range`) is found

@@ -50,9 +50,9 @@ SCENARIOS = MappingProxyType(
         "raid": MappingProxyType({"bot_hp": 2.3 * BOT_MAX_HP, "bot_melee_damage": 30.0, "episode_s": 48.0}),
         # The closest fit to the paper's Combination A row (Table 6) with A's default recipe (12M env
         # steps): the squad's melee is weak (0.5) and its orbs lead (2.5), so it wears a fleeing bot
-        # down from range in about a minute; the bot's melee (8) is about half Table 1's, and wins
-        # nine brawls in ten, though in about 35 s, not the paper's 78. docs/arena.md ("Scenarios")
-        # gives the fit and what it misses.
+        # down from range in about 78 s; the bot's melee (8) is about half Table 1's, and wins almost
+        # every brawl, in about 35 s, not the paper's 78. docs/results.md gives the fit, the held-out
+        # figures and what it misses.
         "unity": MappingProxyType({"npc_melee_damage": 0.5, "orb_damage": 2.5, "bot_melee_damage": 8.0}),
         # The paper's stats with a bot whose melee hits every NPC in range:
         # clumping in melee is punished, so spreading out (Surround) matters.

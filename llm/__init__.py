@@ -39,7 +39,7 @@ _EXPORTS = {
     "make_rollout": "rollout",
     "fixed_tags": "jaxarena.tag_sources",
     "schedule_tags": "jaxarena.tag_sources",
-    "RolloutResult": "rollout",
+    "RolloutResult": "jaxarena.runner",
 }
 
 __all__ = sorted(_EXPORTS)

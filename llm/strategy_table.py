@@ -49,7 +49,7 @@ from .table_asking import (
 )
 from .types import Backend
 
-# The public names, with the building parts (`table_asking`) that callers import from here.
+# The public names (its building parts live in `table_asking`).
 __all__ = [
     "ARRAY_FIELDS",
     "FORMAT_VERSION",

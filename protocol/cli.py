@@ -254,38 +254,31 @@ def _add_llm_options(p) -> None:
     )
 
 
+def _split(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def run_settings(args: argparse.Namespace) -> dict:
+    """The run's settings the flags give (the `ProtocolConfig` fields they name), unchecked."""
+    played = tuple(c.upper() for arg in args.combinations for c in _split(arg))
+    names = {f.name for f in dataclasses.fields(ProtocolConfig)} - {"options"}
+    return {name: getattr(args, name) for name in names if hasattr(args, name)} | {
+        "bots": _split(args.bots),
+        "combinations": played,
+    }
+
+
 def config_from_args(args: argparse.Namespace) -> ProtocolConfig:
     """The run's `ProtocolConfig`: the run's flags, and each combination's options from its own flags
     (kept for the combinations played, and for the others where a flag asks for something)."""
-
-    def split(s: str) -> tuple[str, ...]:
-        return tuple(x.strip() for x in s.split(",") if x.strip())
-
-    played = tuple(c.upper() for arg in args.combinations for c in split(arg))
+    settings = run_settings(args)
     options = {}
     for name, combination in combinations.registry().items():
         if combination.options is not None:
             built = combination.options.from_args(args)
-            if name in played or built != combination.options():
+            if name in settings["combinations"] or built != combination.options():
                 options[name] = built
-    return ProtocolConfig(
-        episodes=args.episodes,
-        seed=args.seed,
-        bots=split(args.bots),
-        combinations=played,
-        policy_b=args.policy_b,
-        greedy=args.greedy,
-        llm=args.llm,
-        adapter=args.adapter,
-        model=args.model,
-        host=args.host,
-        decode=args.decode,
-        llm_path=args.llm_path,
-        n_boot=args.n_boot,
-        scenario=args.scenario,
-        oracle_rollouts=args.oracle_rollouts,
-        options=options,
-    )
+    return ProtocolConfig(**settings, options=options)
 
 
 #: A default no flag has: what a parse gives for the flags the command line left out.
@@ -308,13 +301,13 @@ def _option_names(options: type) -> set[str]:
 def config_over_file(path: Path, args: argparse.Namespace, given: set[str]) -> ProtocolConfig:
     """The config in file `path`, with what the command line sets itself in its place: a run's setting
     where its flag is given, and a combination's options where one of its flags is."""
-    from_file, from_flags = ProtocolConfig.from_file(path), config_from_args(args)
-    settings = {f.name for f in dataclasses.fields(ProtocolConfig)} & given
+    # Nothing is checked before the merge: the flags alone may name a combination the file's settings serve.
+    from_file, flags = ProtocolConfig.from_file(path), run_settings(args)
     options = dict(from_file.options)
     for name, combination in combinations.registry().items():
         if combination.options is not None and _option_names(combination.options) & given:
-            options[name] = from_flags.options_of(name)
-    return dataclasses.replace(from_file, **{name: getattr(from_flags, name) for name in settings}, options=options)
+            options[name] = combination.options.from_args(args)
+    return dataclasses.replace(from_file, **{k: v for k, v in flags.items() if k in given}, options=options)
 
 
 @cli_main("jaxarena-evaluate")
@@ -328,7 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             config = config_from_args(args)
         else:
             config = config_over_file(args.config, args, _given(build_parser(), argv))
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, TypeError, OSError) as exc:  # a config file's bad value or type, or no such file
         build_parser().error(str(exc))
     cache = False if args.no_cache else (args.cache if args.cache else True)
     summary = evaluate(

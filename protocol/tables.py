@@ -222,7 +222,7 @@ _WIN_WORDS = {
 _LENGTH_WORDS = {
     "shorter": "ended sooner than A's",
     "longer": "lasted longer than A's",
-    "none": "lasted as long as A's",
+    "none": "showed no difference from A's at p < 0.05",
 }
 
 
@@ -232,7 +232,8 @@ def _win_clause(entry: dict, paired: bool) -> str:
     said = f"{_WIN_WORDS[entry['direction']]} ({entry['points']:+.1f} points, {kind}95% CI {lo:+.1f} to {hi:+.1f})"
     # A squad that wins (or loses) every episode leaves B no room to do better (or worse): say so.
     if entry.get("a_pct") in (0.0, 100.0) and entry["direction"] == "none":
-        said += f", with A at {entry['a_pct']:.0f}%, where this arena leaves no room to differ"
+        room = "B had no room to win more" if entry["a_pct"] == 100.0 else "B could only have won more"
+        said += f", with A at {entry['a_pct']:.0f}%, where {room}"
     return said
 
 

@@ -1,7 +1,7 @@
 """Combination R: B's policy with the tags in a fixed rotation, one tag per decision period.
 
 A tag source that knows nothing of the game: 0, 1, 2, 3, 0, ... every 5 s
-(`jaxarena.runner.schedule_tags`), on B's paired episodes. Beside B it says
+(`jaxarena.tag_sources.schedule_tags`), on B's paired episodes. Beside B it says
 how much of B's result a schedule without information reaches; its section
 (`beside_b`) gives each bot's win % and, where the run has B, the paired difference.
 """

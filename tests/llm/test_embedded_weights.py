@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from jaxarena.llm import dequantize, weights, weights_cache
+from jaxarena.llm.gguf_config import ModelConfig
 
 
 def _rope_pairs(x, pos, base=100000.0):
@@ -62,7 +63,7 @@ TINY_META = {
 
 
 def _tiny_arrays():
-    cfg = weights.ModelConfig.from_gguf_fields(TINY_META)
+    cfg = ModelConfig.from_gguf_fields(TINY_META)
     rng = np.random.default_rng(1)
     out = {}
     for name, shape in weights_cache.expected_shapes(cfg).items():

@@ -59,6 +59,24 @@ def test_a_combinations_flag_overrides_its_options_in_the_file_even_at_its_defau
     assert config("--tag-a", "0").options_of("A") == AOptions()
 
 
+def test_flags_that_need_the_files_settings_are_checked_after_the_merge(tmp_path):
+    from jaxarena.protocol.cli import _given, build_parser, config_over_file
+
+    def config(path, *flags):
+        argv = ["--config", str(path), *flags]
+        return config_over_file(path, build_parser().parse_args(argv), _given(build_parser(), argv))
+
+    # L alone on the command line: its adapter is in the file, not in the flags.
+    with_l = tmp_path / "l.json"
+    with_l.write_text(json.dumps({"combinations": ["A", "B", "L"], "options": {"L": {"adapter": "smollm2-raid-sft"}}}))
+    merged = config(with_l, "--combinations", "L")
+    assert merged.combinations == ("L",) and merged.options_of("L").adapter == "smollm2-raid-sft"
+    # C's pricing flag beside a file that plays C.
+    with_c = tmp_path / "c.json"
+    with_c.write_text(json.dumps({"combinations": ["A", "B", "C"]}))
+    assert config(with_c, "--price-c").options_of("C").price
+
+
 @pytest.mark.parametrize(
     ("text", "suffix", "said"),
     [
@@ -66,6 +84,7 @@ def test_a_combinations_flag_overrides_its_options_in_the_file_even_at_its_defau
         ("episodes = [", ".toml", "not valid TOML"),
         ('{"episodes": 0}', ".json", "episodes must be >= 1"),
         ("episodes: 2", ".yaml", "a config file is .json or .toml"),
+        ('episodes = "2"', ".toml", "episodes takes int, got '2'"),
     ],
 )
 def test_a_bad_config_file_is_refused_naming_what_is_wrong(tmp_path, capsys, text, suffix, said):
