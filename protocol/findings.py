@@ -48,9 +48,10 @@ def _length(r_rb: float, p: float) -> str:
     return "shorter" if r_rb < 0 else "longer"
 
 
-def findings(by: dict, n_boot: int, seed: int) -> dict:
+def findings(by: dict, mann_whitney: dict, n_boot: int, seed: int) -> dict:
     """Per bot that both A and B played: the paper's and our win change and episode-length direction, and
-    whether each reproduces. `by`: combination -> bot -> cell (A's and B's episodes are paired)."""
+    whether each reproduces. `by`: combination -> bot -> cell (A's and B's episodes are paired);
+    `mann_whitney`: bot -> the run's Table 8 test of A's and B's durations (`stats.mann_whitney`)."""
     out = {}
     for bot in BOT_TYPES:
         a, b = by.get("A", {}).get(bot), by.get("B", {}).get(bot)
@@ -60,7 +61,7 @@ def findings(by: dict, n_boot: int, seed: int) -> dict:
         diff, lo, hi = stats.paired_bootstrap_diff(b_won, a_won, n_boot=n_boot, seed=seed)
         win = {"points": 100 * diff, "ci95": [100 * lo, 100 * hi], "direction": _sign(lo, hi)}
         win["a_pct"] = 100 * float(np.mean(a_won))
-        mw = stats.mann_whitney(a["episodes"]["duration_s"], b["episodes"]["duration_s"])
+        mw = mann_whitney[bot]
         length = {"r_rb": mw["r_rb"], "p": mw["p"], "direction": _length(mw["r_rb"], mw["p"])}
         _, p, _, r_rb, _ = PAPER_TABLE8[bot]
         paper_win = paper_win_change(bot)

@@ -212,7 +212,7 @@ def summarize(cells: dict[str, dict], config: ProtocolConfig, meta: dict) -> dic
         "versions": versions(),
         "descriptive": descriptive,
         "mann_whitney": mann_whitney,
-        "findings": findings.findings(by, config.n_boot, config.seed),
+        "findings": findings.findings(by, mann_whitney, config.n_boot, config.seed),
         "tags": tags,
         "fallbacks": fallbacks,
         "llm_counters": llm_counters,

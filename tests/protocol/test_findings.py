@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from jaxarena.names import BOT_WIN, NPC_WIN, TIMEOUT
+from jaxarena.protocol import stats
 from jaxarena.protocol.findings import findings, paper_win_change
 from jaxarena.protocol.tables import findings_paragraph
 
@@ -17,6 +18,15 @@ def test_the_papers_win_changes_only_the_balanced_gain_is_told_from_zero():
     assert [c["direction"] for c in changes.values()] == ["none", "none", "up"]
     lo, hi = changes["balanced"]["ci95"]
     assert 0 < lo < 13 < hi  # a Wald interval of two independent proportions at n = 100
+
+
+def _findings(by, n_boot):
+    """`findings` with the run's Table 8 test of each bot A and B both played, as the summary computes it."""
+    both = set(by.get("A", {})) & set(by.get("B", {}))
+    tests = {
+        b: stats.mann_whitney(by["A"][b]["episodes"]["duration_s"], by["B"][b]["episodes"]["duration_s"]) for b in both
+    }
+    return findings(by, tests, n_boot=n_boot, seed=0)
 
 
 def _cell(outcome, duration):
@@ -31,7 +41,7 @@ def test_a_run_whose_b_wins_more_and_sooner_reproduces_what_moves_that_way():
     same = _cell(np.r_[np.full(n // 2, NPC_WIN), np.full(n // 2, TIMEOUT)], rng.uniform(50, 120, n))
     by = {"A": {"aggressive": a_lose, "balanced": a_lose, "evasive": same}, "B": {"aggressive": b_win}}
     by["B"].update(balanced=b_win, evasive=same)
-    found = findings(by, n_boot=500, seed=0)
+    found = _findings(by, 500)
     assert list(found) == ["aggressive", "evasive", "balanced"]
     for bot in ("aggressive", "balanced"):
         ours = found[bot]["win"]["ours"]
@@ -53,12 +63,12 @@ def test_a_run_whose_b_wins_more_and_sooner_reproduces_what_moves_that_way():
 
 def test_a_squad_that_always_wins_is_said_to_leave_no_room():
     won = _cell(np.full(50, NPC_WIN), np.full(50, 5.0))
-    found = findings({"A": {"aggressive": won}, "B": {"aggressive": won}}, n_boot=100, seed=0)
+    found = _findings({"A": {"aggressive": won}, "B": {"aggressive": won}}, 100)
     (bullet,) = findings_paragraph(found)[2:-1]
     assert "(+0.0 points, paired 95% CI +0.0 to +0.0), with A at 100%, where B had no room to win more" in bullet
 
 
 def test_a_bot_only_one_combination_played_has_no_finding():
     cell = _cell([NPC_WIN, BOT_WIN], [10.0, 20.0])
-    assert findings({"A": {"aggressive": cell}, "B": {"evasive": cell}}, n_boot=100, seed=0) == {}
+    assert _findings({"A": {"aggressive": cell}, "B": {"evasive": cell}}, 100) == {}
     assert findings_paragraph({}) == []
