@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import flax.linen as nn
@@ -39,7 +40,12 @@ from jaxarena.names import BOT_LEARNED, BOT_WIN, NPC_WIN, NUM_TAGS, TIMEOUT
 from jaxarena.runner import make_runner
 from jaxarena.types import BotWeights, EnvParams
 
-from .ppo_core import CoreConfig, is_key_batch, make_core_trainer, run_fns
+from . import driver
+from .batch_runs import is_key_batch, run_fns
+from .checkpoint import Checkpointer
+from .driver import updates_done
+from .ppo_core import CoreConfig, make_core_trainer
+from .train_metrics import MetricsLog
 
 #: PPO settings for the bot (per tick, one agent per arena); `train_bot(config=...)` overrides.
 DEFAULT_CONFIG = CoreConfig(num_envs=64, num_steps=64, update_epochs=4, num_minibatches=4, gamma=0.99, ent_coef=0.01)
@@ -79,6 +85,7 @@ def train_bot(
     hidden: int = 64,
     env_id: str | None = None,
     approach_shaping: float = 3.0,
+    out: str | Path | None = None,
 ) -> tuple[list[BotWeights], dict[str, np.ndarray]]:
     """Train a bot against `squad_policy`; returns (checkpoints, oldest first; metrics per update).
 
@@ -97,6 +104,10 @@ def train_bot(
     without it the bot rarely meets a squad that waits, and learns to idle).
     Against B on `headroom` (2M steps) weight 1 found the fight in 1 of 3
     seeds and weight 3 in 4 of 4, hence the default.
+
+    With `out`, the run trains through the training driver's checkpoints there (every checkpoint of
+    the list kept, and the metrics in `out/metrics.jsonl`), so the same call resumes an interrupted
+    run and returns a finished one without training.
 
     `key` may be a batch of keys (`jax.random.split(key, n)`): the n seeds then train in one
     vmapped program, every checkpoint's leaves gain a leading seed axis of n, and every metric is
@@ -124,14 +135,32 @@ def train_bot(
         stagger=True,
     )
     trainer = make_core_trainer(env, BotActorCritic(hidden=hidden), config)
-    init, run = run_fns(trainer, batched=is_key_batch(key))  # a batch of keys: a run per key, one program
-    run = jax.jit(run, static_argnums=1)
+    batched = is_key_batch(key)  # a batch of keys: a run per key, one program
+    if batched and out is not None:
+        raise ValueError("out: train one seed per folder (a batch of keys keeps its checkpoints in memory)")
+    init, run = run_fns(trainer, batched=batched)
     state = jax.jit(init)(key)
+    checkpointers = [] if out is None else [Checkpointer(out, None, max_to_keep=None, save_config=False)]
+    if checkpointers and checkpointers[0].all_steps():  # resume: where the bot's run saved last
+        state = driver.restore(checkpointers, state, batched=False)
+    log = None if out is None else MetricsLog(Path(out), updates_done(state))
     checkpoints, chunks = [], []
-    for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
-        state, metrics = run(state, stop - start)
-        checkpoints.append(jax.device_get(actor_weights(state.train_state.params)))
-        chunks.append(jax.device_get(metrics))
+    steps = driver.chunks(
+        run, state, total_updates, chunk=total_updates, checkpointers=checkpointers, stops=bounds, say=lambda _: None
+    )
+    for state, metrics, n, _ in steps:
+        if log is None:
+            checkpoints.append(jax.device_get(actor_weights(state.train_state.params)))
+            chunks.append(metrics)
+        else:
+            log.append([{k: np.asarray(v)[i].item() for k, v in metrics.items()} for i in range(n)])
+    if log is not None:  # every checkpoint and row, the ones of an earlier (interrupted) run included
+        template = jax.device_get(state)
+        checkpoints = [
+            actor_weights(checkpointers[0].restore(template, step).train_state.params) for step in bounds[1:]
+        ]
+        checkpointers[0].close()
+        chunks = [{k: np.asarray([row[k] for row in log.rows]) for k in log.rows[0]}]
     metrics = {k: np.concatenate([np.asarray(c[k]) for c in chunks], axis=-1) for k in chunks[0]}
     metrics["env_steps"] = metrics["update"].astype(np.int64) * per_update
     metrics["checkpoint_env_steps"] = np.asarray(bounds[1:], np.int64) * per_update

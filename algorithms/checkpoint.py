@@ -30,7 +30,7 @@ from jaxarena.files import write_atomic
 
 from .config import PPOConfig
 from .loggers import TENSORBOARD_DIR, WANDB_ID_FILE
-from .networks import ActorCritic
+from .networks import ActorCritic, init_params, is_recurrent, network_of
 
 CONFIG_FILE = "config.json"
 CHECKPOINT_DIR = "checkpoints"
@@ -68,7 +68,13 @@ class Checkpointer:
     Process 0 alone writes `config.json`.
     """
 
-    def __init__(self, run_dir: str | Path, config: PPOConfig, max_to_keep: int | None = 2, save_config: bool = True):
+    def __init__(
+        self,
+        run_dir: str | Path,
+        config: PPOConfig | None = None,
+        max_to_keep: int | None = 2,
+        save_config: bool = True,
+    ):
         self.run_dir = Path(run_dir)
         self.config = config
         if save_config and jax.process_index() == 0:
@@ -82,19 +88,25 @@ class Checkpointer:
         """The updates of every finished checkpoint, oldest first."""
         return sorted(self._mngr.all_steps())
 
-    def save(self, runner_state) -> int:
-        """Save `runner_state` under its update count; returns that step."""
-        step = int(runner_state.update)
-        self._mngr.save(
-            step,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardSave(runner_state),
-                params=ocp.args.StandardSave(runner_state.train_state.params),
-            ),
-            force=True,
-        )
+    def save(self, state, step: int | None = None, meta: dict | None = None) -> int:
+        """Save `state` under `step` (default its update count); returns that step.
+
+        A state with a `train_state` (every PPO trainer's) also saves its params alone, which is what
+        `load_params` reads; `meta` is a JSON object saved beside it (the LoRA tuners' history).
+        """
+        step = int(state.update) if step is None else int(step)
+        items = {"state": ocp.args.StandardSave(state)}
+        if hasattr(state, "train_state"):
+            items["params"] = ocp.args.StandardSave(state.train_state.params)
+        if meta is not None:
+            items["meta"] = ocp.args.JsonSave(meta)
+        self._mngr.save(step, args=ocp.args.Composite(**items), force=True)
         self._mngr.wait_until_finished()
         return step
+
+    def meta(self, step: int) -> dict:
+        """The JSON object saved with `step`."""
+        return self._mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
 
     def restore(self, template, step: int | None = None):
         """Restore a RunnerState shaped (and sharded) like `template` (latest step by default)."""
@@ -184,8 +196,7 @@ def load_params(path: str | Path, step: int | None = None):
     """(config, params) from a run directory or exported policy."""
     run_dir = resolve_path(path)
     config = read_config(run_dir)
-    network = ActorCritic(**config.network_kwargs())
-    template = network.init(jax.random.PRNGKey(0), jnp.zeros((1, obs_size_of(config)), jnp.float32))
+    template = init_params(network_of(config.network_kwargs()), jax.random.PRNGKey(0), obs_size_of(config))
     mngr = _manager(run_dir, max_to_keep=None)
     step = mngr.latest_step() if step is None else step
     if step is None:
@@ -193,6 +204,18 @@ def load_params(path: str | Path, step: int | None = None):
     restored = mngr.restore(step, args=ocp.args.Composite(params=ocp.args.StandardRestore(template)))
     mngr.close()
     return config, restored["params"]
+
+
+def load_saved_params(run_dir: str | Path, step: int | None = None):
+    """The parameters a training run saved (latest step by default), as the nested dicts they were saved
+    from: for trainers whose network needs no config to rebuild (the RL selector)."""
+    mngr = _manager(run_dir, max_to_keep=None)
+    step = mngr.latest_step() if step is None else step
+    if step is None:
+        raise FileNotFoundError(f"no checkpoint under {Path(run_dir) / CHECKPOINT_DIR}")
+    restored = mngr.restore(step, args=ocp.args.Composite(params=ocp.args.StandardRestore()))
+    mngr.close()
+    return jax.tree.map(jnp.asarray, restored["params"])
 
 
 def obs_size_of(config: PPOConfig) -> int:
@@ -208,22 +231,46 @@ def make_policy(config: PPOConfig, greedy: bool = False) -> Callable:
     for one arena or (n, 5, obs_size); returns int32 actions of shape
     obs.shape[:-1]. Jittable. With `greedy` the most likely action is taken
     and `key` is ignored; otherwise `key` is required.
+
+    A squad with memory (`PPOConfig.memory`) carries it through the call:
+    `policy(params, obs, key, memory) -> (actions, memory)`, starting from
+    `policy.initial_memory(obs.shape[:-1])` at an episode's start
+    (`jaxarena.policies.with_memory` plays either kind the same way).
     """
-    network = ActorCritic(**config.network_kwargs())
+    network = network_of(config.network_kwargs())
     obs_size = obs_size_of(config)
 
-    def policy(params, obs, key=None):
-        if obs.shape[-1] != obs_size:
-            raise ValueError(
-                f"this policy reads {config.env_id}'s {obs_size}-float observation, got {obs.shape[-1]} floats; "
-                f"build its env with jaxarena.make(policy.env_id)"
-            )
-        logits = network.apply(params, jnp.asarray(obs, jnp.float32), method=ActorCritic.logits)
+    def act(logits, key):
         if greedy:
             return jnp.argmax(logits, axis=-1).astype(jnp.int32)
         if key is None:
             raise ValueError("a sampling policy needs a PRNG key (or load it with greedy=True)")
         return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
+
+    def checked(obs):
+        if obs.shape[-1] != obs_size:
+            raise ValueError(
+                f"this policy reads {config.env_id}'s {obs_size}-float observation, got {obs.shape[-1]} floats; "
+                f"build its env with jaxarena.make(policy.env_id)"
+            )
+        return jnp.asarray(obs, jnp.float32)
+
+    def policy(params, obs, key=None):
+        logits = network.apply(params, checked(obs), method=ActorCritic.logits)
+        return act(logits, key)
+
+    def policy_with_memory(params, obs, key=None, memory=None):
+        if memory is None:
+            raise ValueError(
+                "this squad has memory: call policy(params, obs, key, memory) -> (actions, memory), "
+                "starting from policy.initial_memory(obs.shape[:-1])"
+            )
+        memory, logits, _ = network.apply(params, memory, checked(obs))
+        return act(logits, key), memory
+
+    if is_recurrent(network):
+        policy = policy_with_memory
+        policy.initial_memory = network.initial_memory
 
     policy.env_id = config.env_id
     # The arena preset it trained on: evaluate it with jaxarena.make(policy.env_id, scenario=policy.scenario).

@@ -6,7 +6,7 @@ import dataclasses
 import json
 from typing import Any
 
-from jaxarena.names import BOT_TYPES, NUM_TAGS
+from jaxarena.names import BOT_TYPES, NUM_NPCS, NUM_TAGS
 from jaxarena.registry import ARENA_IDS
 from jaxarena.scenarios import SCENARIOS
 
@@ -109,6 +109,9 @@ class PPOConfig:
     anneal_steps: int | None = None
     hidden: int = 64
     activation: str = "tanh"
+    # GRU units each NPC carries from tick to tick (`RecurrentActorCritic`, the squad with memory); 0: none,
+    # the feed-forward MLP. Its minibatches are whole sequences, so num_envs x 5 must divide into them.
+    memory: int = 0
     # The network also gets a one-hot of the tag (see ActorCritic); None: on for
     # B, off for A. As one float in [0, 1] the tag could only shift behaviour
     # monotonically from tag 0 to tag 3, and B barely responded to it.
@@ -162,6 +165,16 @@ class PPOConfig:
         object.__setattr__(self, "arena", arena_pairs(self.arena))
         if self.recipe not in RECIPES:
             raise ValueError(f"recipe must be one of {RECIPES}, got {self.recipe!r}")
+        if int(self.memory) != self.memory or self.memory < 0:
+            raise ValueError(f"memory must be a whole number of GRU units >= 0 (0: no memory), got {self.memory}")
+        object.__setattr__(self, "memory", int(self.memory))
+        if self.memory and self.tag_experts:
+            raise ValueError("memory and tag_experts do not combine: the per-tag experts are MLPs")
+        if self.memory and (self.num_envs * NUM_NPCS) % self.num_minibatches:
+            raise ValueError(
+                f"with memory, minibatches split the num_envs x 5 = {self.num_envs * NUM_NPCS} NPC sequences: "
+                f"num_minibatches {self.num_minibatches} must divide them"
+            )
         if self.activation not in ("tanh", "relu"):
             raise ValueError(f"activation must be 'tanh' or 'relu', got {self.activation!r}")
         if self.anneal_steps is not None:  # `--set anneal_steps=5e7` parses as a float
@@ -236,10 +249,12 @@ class PPOConfig:
         return self.combination == "B"
 
     def network_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of `ActorCritic` for this config."""
+        """Keyword arguments of the config's network (`networks.network_of`)."""
         kwargs = {"hidden": self.hidden, "activation": self.activation, "tag_one_hot": self.effective_tag_one_hot}
         if self.tag_experts:  # absent otherwise, so older runs' kwargs compare equal
             kwargs["tag_experts"] = True
+        if self.memory:  # likewise: a feed-forward run's kwargs are what they always were
+            kwargs["memory"] = self.memory
         return kwargs
 
     def replace(self, **changes) -> PPOConfig:

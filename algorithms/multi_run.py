@@ -36,9 +36,10 @@ from jaxarena.key_streams import training_key
 from jaxarena.types import EnvParams
 
 from .arena_knobs import ARENA_KNOBS, ARENA_PREFIX, arena_pairs
+from .batch_runs import init_runs, run_fns
 from .config import SWEEPABLE, PPOConfig, parse_field
 from .ppo import RunnerState, make_trainer
-from .ppo_core import Trainer, init_runs, run_fns
+from .ppo_core import Trainer
 from .ppo_objective import hyper_of
 
 RUN_AXIS = "run"

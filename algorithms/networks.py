@@ -1,4 +1,4 @@
-"""The shared NPC actor-critic: two small MLPs and a Categorical over 6 actions."""
+"""The shared NPC actor-critics: two small MLPs, or an MLP around a GRU (the squad with memory)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,22 @@ import numpy as np
 
 from jaxarena.names import NUM_ACTIONS, NUM_TAGS
 from jaxarena.observe import TAG as TAG_INDEX
+
+
+def tag_of(obs: jax.Array) -> jax.Array:
+    """The tag code each row's obs[..., 22] = tag / 3 encodes."""
+    return jnp.round(obs[..., TAG_INDEX] * (NUM_TAGS - 1)).astype(jnp.int32)
+
+
+def with_tag_one_hot(obs: jax.Array) -> jax.Array:
+    """`obs` with a one-hot of its tag appended, so tag-specific tactics need not be carved out of one float."""
+    return jnp.concatenate([obs, jax.nn.one_hot(tag_of(obs), NUM_TAGS, dtype=obs.dtype)], axis=-1)
+
+
+def _dense(n: int, scale: float) -> nn.Dense:
+    # PPO's usual init: sqrt(2) for hidden layers, a small final policy layer so the first policy is
+    # near-uniform, unit gain for the value.
+    return nn.Dense(n, kernel_init=nn.initializers.orthogonal(scale), bias_init=nn.initializers.zeros)
 
 
 class ActorCritic(nn.Module):
@@ -35,11 +51,7 @@ class ActorCritic(nn.Module):
     tag_experts: bool = False
 
     def setup(self):
-        # PPO's usual init: sqrt(2) for hidden layers, small final policy
-        # layer so the initial policy is near-uniform, unit gain for the value.
-        def dense(n, scale):
-            return nn.Dense(n, kernel_init=nn.initializers.orthogonal(scale), bias_init=nn.initializers.zeros)
-
+        dense = _dense
         g = np.sqrt(2.0)
         if self.tag_experts:
             # Flat lists (expert k's layers at 2k, 2k + 1) keep flax's parameter names simple.
@@ -53,15 +65,8 @@ class ActorCritic(nn.Module):
         self.critic_layers = [dense(self.hidden, g), dense(self.hidden, g)]
         self.critic_out = dense(1, 1.0)
 
-    @staticmethod
-    def _tag(obs):
-        """The tag code each row's obs[..., 22] = tag / 3 encodes."""
-        return jnp.round(obs[..., TAG_INDEX] * (NUM_TAGS - 1)).astype(jnp.int32)
-
     def _features(self, obs):
-        if not self.tag_one_hot:
-            return obs
-        return jnp.concatenate([obs, jax.nn.one_hot(self._tag(obs), NUM_TAGS, dtype=obs.dtype)], axis=-1)
+        return with_tag_one_hot(obs) if self.tag_one_hot else obs
 
     def _act(self, x):
         return jnp.tanh(x) if self.activation == "tanh" else nn.relu(x)
@@ -75,7 +80,7 @@ class ActorCritic(nn.Module):
         """Every expert's output, then the one of each row's tag."""
         x = self._features(obs)
         each = jnp.stack([self._mlp(x, layers[2 * k : 2 * k + 2], outs[k]) for k in range(NUM_TAGS)], axis=-2)
-        tag = jnp.clip(self._tag(obs), 0, NUM_TAGS - 1)
+        tag = jnp.clip(tag_of(obs), 0, NUM_TAGS - 1)
         return jnp.take_along_axis(each, tag[..., None, None], axis=-2)[..., 0, :]
 
     def logits(self, obs: jax.Array) -> jax.Array:
@@ -102,3 +107,53 @@ def expert_mask(params, tags) -> Any:
         for part in ("actor", "critic"):
             names |= {f"expert_{part}_layers_{2 * k}", f"expert_{part}_layers_{2 * k + 1}", f"expert_{part}_out_{k}"}
     return jax.tree_util.tree_map_with_path(lambda path, _: any(getattr(p, "key", None) in names for p in path), params)
+
+
+class RecurrentActorCritic(nn.Module):
+    """The squad with memory, in the shape of PureJaxRL's recurrent PPO: an embedding layer, a GRU
+    whose state each NPC carries from tick to tick, then an actor and a critic head.
+
+    `__call__(memory, obs) -> (memory, logits, value)` on any leading batch shape: memory
+    (..., memory), obs (..., obs_size). `initial_memory(batch_shape)` is the state an episode starts
+    from (zeros); the trainer and the episode runner reset to it where an episode ends.
+    """
+
+    hidden: int = 64
+    memory: int = 64
+    activation: str = "tanh"
+    num_actions: int = NUM_ACTIONS
+    tag_one_hot: bool = False
+
+    def _act(self, x):
+        return jnp.tanh(x) if self.activation == "tanh" else nn.relu(x)
+
+    @nn.compact
+    def __call__(self, memory: jax.Array, obs: jax.Array):
+        g = np.sqrt(2.0)
+        x = with_tag_one_hot(obs) if self.tag_one_hot else obs
+        x = self._act(_dense(self.hidden, g)(x))
+        memory, x = nn.GRUCell(features=self.memory)(memory, x)
+        logits = _dense(self.num_actions, 0.01)(self._act(_dense(self.hidden, g)(x)))
+        value = _dense(1, 1.0)(self._act(_dense(self.hidden, g)(x)))
+        return memory, logits, jnp.squeeze(value, -1)
+
+    def initial_memory(self, batch_shape: tuple[int, ...]) -> jax.Array:
+        return jnp.zeros(tuple(batch_shape) + (self.memory,), jnp.float32)
+
+
+def network_of(kwargs: dict[str, Any]) -> nn.Module:
+    """The actor-critic a config's `network_kwargs()` describe: recurrent where they give `memory`."""
+    return RecurrentActorCritic(**kwargs) if kwargs.get("memory") else ActorCritic(**kwargs)
+
+
+def init_params(network: nn.Module, key: jax.Array, obs_size: int):
+    """Fresh parameters of `network` for `obs_size`-float observations (a template to restore into)."""
+    obs = jnp.zeros((1, obs_size), jnp.float32)
+    if is_recurrent(network):
+        return network.init(key, network.initial_memory((1,)), obs)
+    return network.init(key, obs)
+
+
+def is_recurrent(network) -> bool:
+    """Whether `network` carries memory between steps (it has `initial_memory`)."""
+    return hasattr(type(network), "initial_memory")

@@ -43,12 +43,13 @@ from jaxarena.types import arena_diagonal
 from jaxarena.wrappers import LogState, LogWrapper
 
 from .arena_knobs import arena_knobs_of
+from .batch_runs import is_key_batch, train_fn
 from .config import RECIPES, PPOConfig
-from .networks import ActorCritic, expert_mask
-from .ppo_core import ENV_AXIS, CoreConfig, CoreEnv, Step, Trainer, is_key_batch, make_core_trainer, train_fn
+from .networks import expert_mask, network_of
+from .ppo_core import ENV_AXIS, CoreConfig, CoreEnv, Step, Trainer, make_core_trainer
 from .ppo_objective import hyper_of
 
-__all__ = ["RunnerState", "make_train", "make_trainer"]
+__all__ = ["MemoryRunnerState", "RunnerState", "make_train", "make_trainer"]
 
 
 @struct.dataclass
@@ -69,6 +70,13 @@ class RunnerState:
     def env_state(self) -> LogState:
         """The name the PPO core reads the env state by."""
         return self.log_state
+
+
+@struct.dataclass
+class MemoryRunnerState(RunnerState):
+    """The runner state of a squad with memory (`PPOConfig.memory`): each NPC's GRU state besides."""
+
+    memory: jax.Array  # (num_envs, 5, memory) float32, reset where the NPC's trajectory ended
 
 
 def bot_types_for(config: PPOConfig) -> jax.Array:
@@ -215,7 +223,7 @@ def make_trainer(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Trainer
         shaping_recipe=RECIPES.index(config.recipe),
     )
     env = LogWrapper(arena)  # episode returns, lengths and outcomes for the metrics
-    network = ActorCritic(**config.network_kwargs())
+    network = network_of(config.network_kwargs())
     frozen = (lambda grads: expert_mask(grads, config.frozen_tags)) if config.frozen_tags else None
     core = make_core_trainer(
         arena_env(config, env, base_params),
@@ -224,7 +232,7 @@ def make_trainer(config: PPOConfig, mesh: Mesh | None | str = "auto") -> Trainer
         hyper=hyper_of(config),
         frozen=frozen,
         mesh=mesh,
-        state_type=RunnerState,
+        state_type=MemoryRunnerState if config.memory else RunnerState,
     )
 
     def run_updates(runner: RunnerState, n: int):

@@ -6,7 +6,7 @@ annealed learning rate are read from the run's `hyper` dict. Those floats (`SWEE
 the runner state, not in the program, so seeds and settings of them vmap into one program.
 
     trainer = make_core_trainer(env, network, CoreConfig(num_envs=64, total_updates=100))
-    state, metrics = jax.jit(train_fn(trainer, 100))(jax.random.split(key, 8))  # 8 seeds, one program
+    state, metrics = jax.jit(batch_runs.train_fn(trainer, 100))(jax.random.split(key, 8))  # 8 seeds, one program
 
 What a learner adds around the core is a `CoreEnv`: its reset and step (reward, where the episode
 ends, where it is cut without a bootstrap, which samples count, the observation a truncation
@@ -15,7 +15,9 @@ auto-resetting, one-agent env (the RL selector's decision env, the learned bot's
 episode ends are terminal; `algorithms.ppo` builds the arena's (five NPCs per env flattened as
 samples, dead ones masked, tag redraws, the truncation bootstrap, approach shaping, per-bot
 metrics). `make_core_trainer`'s `frozen` keeps chosen parameters at their values (the arena's
-frozen tag experts).
+frozen tag experts). A recurrent network (`networks.RecurrentActorCritic`, one with
+`initial_memory`) carries its memory in the runner state, reset where a sample's trajectory ends,
+and its minibatches are whole sequences (`algorithms.memory`, PureJaxRL's recurrent PPO shape).
 
 `network.apply(params, obs) -> (logits or distrax.Categorical, value)` on a batch; an invalid
 action is masked by a logit of -inf. A `value` method, where the network has one, runs the critic
@@ -29,6 +31,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import distrax
 import jax
 import jax.numpy as jnp
 import optax
@@ -37,6 +40,8 @@ from flax.training.train_state import TrainState
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from .memory import SequenceNetwork, Sequences, as_sequences, first_steps, reset_where, sequence_minibatches
+from .networks import is_recurrent
 from .ppo_objective import Transition, calculate_gae, hyper_of, masked_mean, policy_and_value, ppo_loss
 
 ENV_AXIS = "env"
@@ -104,6 +109,13 @@ class CoreState:
     rng: jax.Array  # (2,) uint32 raw PRNG key
     update: jax.Array  # () int32, updates done so far
     hyper: dict  # the float hyper-parameters (`hyper_of`) as () float32 arrays
+
+
+@struct.dataclass
+class CoreMemoryState(CoreState):
+    """A run of a recurrent network: `CoreState` and the memory each sample carries (`algorithms.memory`)."""
+
+    memory: jax.Array  # (num_envs[, agents], memory units), reset where a sample's trajectory ended
 
 
 class Step(NamedTuple):
@@ -237,6 +249,50 @@ def _adam_step(tx, config: CoreConfig, frozen, train_state: TrainState, grads, h
     return train_state.replace(step=train_state.step + 1, params=params, opt_state=opt_state)
 
 
+class _CoreNetwork:
+    """The network as the core calls it, one path for a feed-forward network and a recurrent one
+    (`algorithms.memory`; `memory` is None without one): fresh parameters, acting, the critic, and
+    each epoch's minibatches of samples (feed-forward) or of whole sequences (recurrent)."""
+
+    def __init__(self, network, config: CoreConfig, mesh: Mesh | None):
+        self.network, self.config, self.mesh = network, config, mesh
+        self.recurrent = is_recurrent(network)
+        self.for_loss = SequenceNetwork(network) if self.recurrent else network
+        self._critic = _critic(network)
+
+    def init(self, key, obs) -> tuple[Any, tuple]:
+        """(params, the memory a run starts with: one row per sample, or () without one)."""
+        first_rows = jax.tree.map(lambda x: x[:1], obs)
+        if not self.recurrent:
+            return self.network.init(key, first_rows), ()
+        memory = shard_env(self.network.initial_memory(obs.shape[:-1]), self.mesh)
+        return self.network.init(key, memory[:1], first_rows), (memory,)
+
+    def act(self, params, memory, obs):
+        """(pi, value, the memory after the step) at `obs`."""
+        if not self.recurrent:
+            return (*policy_and_value(self.network, params, obs), None)
+        memory, logits, value = self.network.apply(params, memory, obs)
+        return distrax.Categorical(logits=logits), value, memory
+
+    def value(self, params, memory, obs):
+        return self.network.apply(params, memory, obs)[2] if self.recurrent else self._critic(params, obs)
+
+    def minibatches(self, key, traj, advantages, targets, memory):
+        """The epoch's minibatches (leading axis num_minibatches) of (trajectory, advantages, targets)."""
+        n_lead, m = traj.action.ndim, self.config.num_minibatches
+        if self.recurrent:  # whole sequences, each from the memory it started with
+            seqs = jax.tree.map(lambda x: as_sequences(x, n_lead), (traj, advantages, targets, first_steps(traj.end)))
+            start = memory.reshape((-1,) + memory.shape[n_lead - 1 :])
+            perm = jax.random.permutation(key, start.shape[0])
+            (batch, adv, tgt, first), start = sequence_minibatches(seqs, start, perm, m)
+            return batch._replace(obs=Sequences(batch.obs, first, start)), adv, tgt
+        # Flatten (time, envs[, agents]) into one batch of samples.
+        flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[n_lead:]), (traj, advantages, targets))
+        perm = jax.random.permutation(key, flat[1].shape[0])
+        return jax.tree.map(lambda x: _minibatches(x, perm, m, self.mesh), flat)
+
+
 def make_core_trainer(
     env, network, config: CoreConfig, *, hyper=None, frozen=None, mesh: Mesh | None = None, state_type=CoreState
 ) -> Trainer:
@@ -245,7 +301,9 @@ def make_core_trainer(
     `env`: a `CoreEnv`, or a one-agent env `single_learner` wraps. `hyper`: the float
     hyper-parameters a fresh run gets (default `hyper_of(config)`). `frozen(params)`: a pytree of
     bools marking parameters whose gradient is zeroed, so Adam leaves them as they were. `mesh`:
-    a 1-D mesh named "env" the env batch is split over. `state_type`: the runner state's class.
+    a 1-D mesh named "env" the env batch is split over. `state_type`: the runner state's class,
+    with a `memory` field last for a recurrent network (`CoreMemoryState`), which is applied as
+    `apply(params, memory, obs) -> (memory, logits, value)` (`algorithms.memory`).
     """
     if not isinstance(env, CoreEnv):
         env = single_learner(env)
@@ -253,9 +311,10 @@ def make_core_trainer(
     # applied in `_adam_step` from the runner's `hyper`, so they may differ between vmapped runs.
     tx = optax.scale_by_adam(eps=1e-5)
     n_grad_steps = config.anneal_grad_steps
-    value_of = _critic(network)
     default_hyper = hyper_of(config) if hyper is None else hyper
     apply_gradients = functools.partial(_adam_step, tx, config, frozen)
+    net = _CoreNetwork(network, config, mesh)
+    recurrent = net.recurrent
 
     def init(rng: jax.Array, hyper: dict | None = None):
         """A fresh run from `rng`, with `hyper` (default: the trainer's)."""
@@ -265,48 +324,46 @@ def make_core_trainer(
         rng, k_net, *k_env = jax.random.split(rng, 2 + env.num_keys)
         hyper = default_hyper if hyper is None else {k: jnp.float32(v) for k, v in hyper.items()}
         obs, env_state = env.reset(*k_env, hyper)
-        params = network.init(k_net, jax.tree.map(lambda x: x[:1], obs))
+        params, memory = net.init(k_net, obs)
         train_state = TrainState.create(apply_fn=network.apply, params=params, tx=tx)
         env_state, obs = jax.tree.map(lambda x: shard_env(x, mesh), (env_state, obs))
-        return state_type(train_state, env_state, obs, rng, jnp.int32(0), hyper)
+        return state_type(train_state, env_state, obs, rng, jnp.int32(0), hyper, *memory)
 
     def _rollout(state):
         """`num_steps` env steps: (env_state, obs, rng, trajectory, episodes), time-major."""
         params = state.train_state.params
 
         def _env_step(carry, _):
-            env_state, obs, rng = carry
+            env_state, obs, memory, rng = carry
             rng, k_act, *k_env = jax.random.split(rng, 2 + env.num_keys)
-            pi, value = policy_and_value(network, params, obs)
+            pi, value, memory = net.act(params, memory, obs)
             action = pi.sample(seed=k_act)
             next_obs, env_state, out = env.step(*k_env, env_state, obs, action, state.hyper)
             # V of the state reached, before auto-reset: the truncation bootstrap.
-            final_value = None if out.final_obs is None else value_of(params, out.final_obs)
+            final_value = None if out.final_obs is None else net.value(params, memory, out.final_obs)
+            if recurrent:  # a trajectory that ended starts the next one from a fresh memory
+                memory = reset_where(memory, out.end)
             transition = Transition(
                 obs, action, pi.log_prob(action), value, out.reward, final_value, out.cut, out.end, out.mask
             )
-            return (env_state, shard_env(next_obs, mesh), rng), (transition, (out.done, out.episode))
+            return (env_state, shard_env(next_obs, mesh), memory, rng), (transition, (out.done, out.episode))
 
-        carry = (state.env_state, state.obs, state.rng)
-        (env_state, obs, rng), (traj, (done, episodes)) = jax.lax.scan(_env_step, carry, None, config.num_steps)
-        traj = traj._replace(next_value=_next_values(traj, done, value_of(params, obs)))
-        return env_state, obs, rng, traj, episodes
+        carry = (state.env_state, state.obs, state.memory if recurrent else None, state.rng)
+        (env_state, obs, memory, rng), (traj, (done, episodes)) = jax.lax.scan(_env_step, carry, None, config.num_steps)
+        traj = traj._replace(next_value=_next_values(traj, done, net.value(params, memory, obs)))
+        return env_state, obs, memory, rng, traj, episodes
 
-    def _update_epoch(carry, _, traj, advantages, targets, hyper):
+    def _update_epoch(carry, _, traj, advantages, targets, memory, hyper):
         train_state, rng = carry
         rng, k_perm = jax.random.split(rng)
-        # Flatten (time, envs[, agents]) into one batch of samples.
-        n_lead = traj.action.ndim
-        flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[n_lead:]), (traj, advantages, targets))
-        perm = jax.random.permutation(k_perm, flat[1].shape[0])
-        shuffled = jax.tree.map(lambda x: _minibatches(x, perm, config.num_minibatches, mesh), flat)
+        shuffled = net.minibatches(k_perm, traj, advantages, targets, memory)
 
         def _update_minibatch(train_state, minibatch):
             batch, adv, tgt = minibatch
             # Linear anneal over the anneal's Adam steps (constant where `ent_coef_end` was None: see hyper_of).
             frac = jnp.clip(train_state.step / n_grad_steps, 0.0, 1.0)
             ent_coef = hyper["ent_coef"] + frac * (hyper["ent_coef_end"] - hyper["ent_coef"])
-            loss_fn = lambda p: ppo_loss(network, config, p, batch, adv, tgt, ent_coef, hyper=hyper)  # noqa: E731
+            loss_fn = lambda p: ppo_loss(net.for_loss, config, p, batch, adv, tgt, ent_coef, hyper=hyper)  # noqa: E731
             (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(train_state.params)
             return apply_gradients(train_state, grads, hyper), dict(aux, total_loss=loss)
 
@@ -314,67 +371,23 @@ def make_core_trainer(
         return (train_state, rng), losses
 
     def _update(state, _):
-        env_state, obs, rng, traj, episodes = _rollout(state)
+        env_state, obs, memory, rng, traj, episodes = _rollout(state)
         hyper = state.hyper
         advantages, targets = calculate_gae(
             traj.reward, traj.value, traj.next_value, traj.cut, traj.end, hyper["gamma"], hyper["gae_lambda"]
         )
-        epoch = lambda c, x: _update_epoch(c, x, traj, advantages, targets, hyper)  # noqa: E731
+        start = state.memory if recurrent else None  # the memory the rollout started from
+        epoch = lambda c, x: _update_epoch(c, x, traj, advantages, targets, start, hyper)  # noqa: E731
         (train_state, rng), losses = jax.lax.scan(epoch, (state.train_state, rng), None, config.update_epochs)
         metrics = env.metrics(episodes, traj)
         metrics["reward_mean"] = masked_mean(traj.reward, traj.mask)
         metrics.update({k: jnp.mean(v) for k, v in losses.items()})
         update = state.update + 1
         metrics["update"] = update
-        return type(state)(train_state, env_state, obs, rng, update, hyper), metrics
+        kept = (memory,) if recurrent else ()
+        return type(state)(train_state, env_state, obs, rng, update, hyper, *kept), metrics
 
     def run_updates(state, n: int):
         return jax.lax.scan(_update, state, None, n)
 
     return Trainer(config, network, init, run_updates, mesh)
-
-
-def is_key_batch(keys) -> bool:
-    """True for a batch of PRNG keys: typed keys of rank >= 1, or raw uint32 keys of shape (N, 2)."""
-    keys = jnp.asarray(keys) if not isinstance(keys, jax.Array) else keys
-    if jnp.issubdtype(keys.dtype, jax.dtypes.prng_key):
-        return keys.ndim >= 1
-    return keys.ndim >= 2
-
-
-def train_fn(trainer: Trainer, num_updates: int) -> Callable:
-    """PureJaxRL's `train(rng) -> (state, metrics)`: `num_updates` updates of a fresh run from `rng`.
-
-    Given a batch of keys (`jax.random.split(key, n)`), it trains one run per key in one program
-    (vmapped; every leaf of the result gains a leading axis of n). Jit it.
-    """
-
-    def train(rng):
-        init, run_updates = run_fns(trainer, batched=is_key_batch(rng))
-        return run_updates(init(rng), num_updates)
-
-    return train
-
-
-def run_fns(trainer: Trainer, batched: bool) -> tuple[Callable, Callable]:
-    """`(init(keys), run_updates(state, n))` for one run, or with `batched` for a run per key with a
-    leading run axis: the inits loop over the keys (`init_runs`), the updates are vmapped. The
-    one place every trainer (`train_fn`, and those that checkpoint between chunks) gets its batched
-    pair; jit both (n static).
-    """
-    if not batched:
-        return trainer.init, trainer.run_updates
-    return functools.partial(init_runs, trainer), lambda state, n: jax.vmap(lambda s: trainer.run_updates(s, n))(state)
-
-
-def init_runs(trainer: Trainer, keys: jax.Array, hypers: dict | None = None):
-    """A fresh run per key (and per `hypers` row), stacked along a leading run axis.
-
-    A loop (`lax.map`), not `vmap`: a vmapped init batches the orthogonal initializer's QR
-    factorisation, and on CPU jaxlib 0.10 runs batched LAPACK calls on the same thread pool that
-    waits for them, so two at once can deadlock it (a program that never ends and uses no CPU;
-    seen with 2 seeds on 2 cores). Init runs once per training, so the loop costs nothing.
-    """
-    if hypers is None:
-        return jax.lax.map(trainer.init, keys)
-    return jax.lax.map(lambda key_and_hyper: trainer.init(*key_and_hyper), (keys, hypers))

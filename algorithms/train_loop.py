@@ -43,11 +43,11 @@ from jaxarena.names import BOT_TYPES
 from jaxarena.registry import ARENA_IDS
 from jaxarena.scenarios import SCENARIOS, training_standard
 
-from . import distributed
+from . import distributed, driver
 from .collapse import CollapseWatch
 from .config import PRESETS, PPOConfig, default_preset, field_changes
 from .loggers import LOGGERS, make_logger
-from .train_metrics import MetricsLog, host_metrics, plot_curves
+from .train_metrics import MetricsLog, log_chunk, plot_curves
 from .warm_start import warm_start_runner
 
 YNN_FLAG = "--xla_cpu_experimental_ynn_fusion_type="
@@ -199,12 +199,11 @@ def main(argv=None) -> int:
     config, existing = _open_run(args, run_dir)
     trainer = make_trainer(config, distributed.global_mesh(config.num_envs) if args.distributed else "auto")
     primary = distributed.is_primary()
-    run = jax.jit(trainer.run_updates, static_argnums=1, donate_argnums=0)
     t0 = time.time()
     runner = jax.jit(trainer.init)(training_key(config.seed))
     if existing:
         ckpt = Checkpointer(run_dir, config, max_to_keep=args.keep or None)
-        runner = _restore(ckpt, runner, run_dir)
+        runner = driver.restore([ckpt], runner, batched=False)
         _say(f"resumed {run_dir} at update {int(runner.update)}/{config.num_updates}")
     else:
         if config.init_from:
@@ -233,7 +232,7 @@ def main(argv=None) -> int:
         + (" (sharded)" if trainer.mesh is not None else "")
     )
     try:
-        runner, interrupted = _train(args, config, run, runner, ckpt, log, run_dir, t0, loggers)
+        runner, interrupted = _train(args, config, trainer.run_updates, runner, ckpt, log, run_dir, t0, loggers)
     finally:
         for logger in loggers:
             logger.close()
@@ -282,21 +281,8 @@ def _open_run(args, run_dir: Path) -> tuple[PPOConfig, bool]:
     return config, resumes
 
 
-def _restore(ckpt, runner, run_dir: Path):
-    """The runner state of the latest checkpoint, or a UserError saying why it cannot be resumed."""
-    try:
-        return ckpt.restore(runner)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise UserError(
-            f"cannot resume {run_dir}: its checkpoint does not match this version's runner state "
-            f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}). "
-            "Checkpoints written before jaxarena kept episode returns in a LogWrapper cannot be resumed; "
-            "their policies still load (load_policy), and --fresh starts the run over."
-        ) from None
-
-
-def _train(args, config: PPOConfig, run, runner, ckpt, log: MetricsLog, run_dir: Path, t0: float, loggers=()):
-    """Runs chunks until the last update or a Ctrl-C/SIGTERM; returns (runner, interrupted)."""
+def _train(args, config: PPOConfig, update, runner, ckpt, log: MetricsLog, run_dir: Path, t0: float, loggers=()):
+    """Runs chunks (`driver.chunks`) until the last update or a Ctrl-C/SIGTERM; returns (runner, interrupted)."""
     from tqdm.auto import tqdm
 
     start = int(runner.update)
@@ -310,32 +296,26 @@ def _train(args, config: PPOConfig, run, runner, ckpt, log: MetricsLog, run_dir:
         disable=args.no_progress or not distributed.is_primary(),
         dynamic_ncols=True,
     )
-    compiled: dict[int, object] = {}
     chunks = 0
     interrupted = False
     watch = CollapseWatch(training_standard(config.scenario), config.bots)
     if (message := watch.update(log.rows)) and distributed.is_primary():  # a resumed run: its verdict so far
         bar.write(message)
+    steps = driver.chunks(
+        update,
+        runner,
+        config.num_updates,
+        chunk=args.chunk,
+        checkpointers=[ckpt],
+        checkpoint_every=args.checkpoint_every,
+        fetch=distributed.host,  # every process: a collective where the run spans several
+        say=_say,
+    )
     try:
-        while int(runner.update) < config.num_updates:
-            n = min(args.chunk, config.num_updates - int(runner.update))
-            if n not in compiled:
-                tc = time.time()
-                compiled[n] = run.lower(runner, n).compile()
-                _say(f"compiled a {n}-update chunk in {time.time() - tc:.1f} s")
-            tc = time.time()
-            runner, metrics = compiled[n](runner)
-            metrics = distributed.host(metrics)  # every process: a collective where the run spans several
-            elapsed = time.time() - tc
-            rows = [host_metrics(metrics, i) for i in range(n)]
-            for row in rows:
-                row["wall_s"] = round(time.time() - t0, 2)
-            log.append(rows)
-            for logger in loggers:
-                logger.log(rows)
+        for state, metrics, n, elapsed in steps:
+            runner = state  # the newest state: what the run ends with
+            rows = log_chunk(metrics, n, t0, log, loggers)
             chunks += 1
-            if chunks % args.checkpoint_every == 0 or int(runner.update) >= config.num_updates:
-                ckpt.save(runner)
             if (message := watch.update(rows)) and distributed.is_primary():
                 bar.write(message)
             postfix = _progress_postfix(rows, n, elapsed, config)

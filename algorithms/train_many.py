@@ -30,11 +30,13 @@ from jaxarena.files import write_atomic
 from jaxarena.names import BOT_TYPES
 from jaxarena.scenarios import training_standard
 
+from . import driver
 from .collapse import CollapseWatch
 from .config import PPOConfig
+from .driver import take, updates_done
 from .loggers import make_logger
-from .multi_run import Run, group_runs, make_batch_trainer, stack, take
-from .train_metrics import MetricsLog, host_metrics, plot_curves
+from .multi_run import Run, group_runs, make_batch_trainer, stack
+from .train_metrics import MetricsLog, log_chunk, plot_curves
 
 SUMMARY_FILES = ("summary.md", "summary.json")
 #: The held-out episodes' root key: no training run's stream starts from it (training keys fold
@@ -127,7 +129,13 @@ def train_many(args, base: PPOConfig, sweep: dict[str, list[str]], warm_start) -
             files = [RunFiles(run, out / run.name) for run in group]
             runner = jax.jit(batch.init)()
             if resume:
-                runner = _restore(files, runner, config)
+                readers = [Checkpointer(f.path, f.run.config, max_to_keep=None, save_config=False) for f in files]
+                try:
+                    runner = driver.restore(readers, runner, batched=True)
+                finally:
+                    for reader in readers:
+                        reader.close()
+                print(f"resumed {len(files)} runs at update {updates_done(runner)}/{config.num_updates}", flush=True)
             elif config.init_from:
                 runner = stack([warm_start(config, take(runner, i)) for i in range(len(group))])
             for f in files:  # only now, with the start known to work, is anything written
@@ -142,7 +150,7 @@ def train_many(args, base: PPOConfig, sweep: dict[str, list[str]], warm_start) -
             bar.update(int(np.asarray(runner.update)[0]) * config.steps_per_update * len(group))
             runner = batch.place(runner)
             try:
-                runner = _train_group(args, batch, runner, files, bar, t0)
+                _train_group(args, batch, runner, files, bar, t0)
             finally:
                 for f in files:
                     for logger in f.loggers:
@@ -185,61 +193,24 @@ def _progress_bar(args, total_steps: int):
     return tqdm(total=total_steps, unit="step", unit_scale=True, disable=args.no_progress, dynamic_ncols=True)
 
 
-def _restore(files: list[RunFiles], runner, config: PPOConfig):
-    """Every run's checkpoint at the newest update all of them saved, stacked like `runner`."""
-    from .checkpoint import Checkpointer
-
-    readers = [Checkpointer(f.path, f.run.config, max_to_keep=None, save_config=False) for f in files]
-    try:
-        steps = [set(r.all_steps()) for r in readers]
-        common = set.intersection(*steps)
-        if not common:
-            raise UserError("the runs' checkpoints share no update: start over with --fresh")
-        step = max(common)
-        restored = [r.restore(take(runner, i), step) for i, r in enumerate(readers)]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise UserError(
-            f"cannot resume: a checkpoint does not match this version's runner state ({type(exc).__name__}); "
-            "--fresh starts over"
-        ) from None
-    finally:
-        for r in readers:
-            r.close()
-    print(f"resumed {len(files)} runs at update {step}/{config.num_updates}", flush=True)
-    return stack(restored)
-
-
 def _train_group(args, batch, runner, files: list[RunFiles], bar, t0: float):
-    """Chunks of vmapped updates until the group's last update; logs and saves every run after each chunk."""
-    import jax
-
+    """Chunks of vmapped updates (`driver.chunks`) until the group's last update; logs every run after each."""
     config = batch.runs[0].config
-    run = jax.jit(batch.run_updates, static_argnums=1, donate_argnums=0)
-    compiled: dict[int, object] = {}
-    chunks = 0
-    while (update := int(np.asarray(runner.update)[0])) < config.num_updates:
-        n = min(args.chunk, config.num_updates - update)
-        if n not in compiled:
-            tc = time.time()
-            compiled[n] = run.lower(runner, n).compile()
-            print(f"compiled a {n}-update chunk of {len(files)} runs in {time.time() - tc:.1f} s", flush=True)
-        tc = time.time()
-        runner, metrics = compiled[n](runner)
-        metrics = jax.device_get(metrics)
-        elapsed = time.time() - tc
-        chunks += 1
-        save = chunks % args.checkpoint_every == 0 or update + n >= config.num_updates
-        host_runner = jax.device_get(runner) if save else None
+    steps = driver.chunks(
+        batch.run_updates,
+        runner,
+        config.num_updates,
+        chunk=args.chunk,
+        checkpointers=[f.ckpt for f in files],
+        batched=True,
+        checkpoint_every=args.checkpoint_every,
+        say=lambda text: print(text, flush=True),
+        label=f" of {len(files)} runs",
+    )
+    for chunks, (_state, metrics, n, elapsed) in enumerate(steps, start=1):
         wins = {b: [] for b in config.bots}
         for i, f in enumerate(files):
-            rows = [host_metrics(take(metrics, i), j) for j in range(n)]
-            for row in rows:
-                row["wall_s"] = round(time.time() - t0, 2)
-            f.log.append(rows)
-            for logger in f.loggers:
-                logger.log(rows)
-            if save:
-                f.ckpt.save(take(host_runner, i))
+            rows = log_chunk(take(metrics, i), n, t0, f.log, f.loggers)
             for b in config.bots:
                 eps = sum(r[f"episodes_per_bot_{b}"] for r in rows)
                 if eps:
@@ -257,7 +228,6 @@ def _train_group(args, batch, runner, files: list[RunFiles], bar, t0: float):
         bar.update(n * config.steps_per_update * len(files))
     for f in files:
         plot_curves(f.log.rows, f.path / "learning_curve.png", f"{f.run.name}")
-    return runner
 
 
 def summarise(args, runs: list[Run], out: Path) -> str:

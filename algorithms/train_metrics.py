@@ -6,6 +6,7 @@ import csv
 import json
 import math
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +30,17 @@ def host_metrics(metrics: dict, i: int) -> dict:
     row["update"] = int(row["update"])
     row["env_steps"] = int(row["env_steps"])
     return row
+
+
+def log_chunk(metrics: dict, n: int, t0: float, log: MetricsLog, loggers=()) -> list[dict]:
+    """A chunk's n updates as rows (with the run's wall time so far), appended to `log` and every logger."""
+    rows = [host_metrics(metrics, i) for i in range(n)]
+    for row in rows:
+        row["wall_s"] = round(time.time() - t0, 2)
+    log.append(rows)
+    for logger in loggers:
+        logger.log(rows)
+    return rows
 
 
 def json_line(row: dict) -> str:

@@ -59,6 +59,7 @@ from .checks import check_key, check_range, checked_actions
 from .learned_bot import BOT_OBS_SIZE, NUM_BOT_ACTIONS, bot_observation
 from .names import BOT_LEARNED, NUM_NPCS, NUM_TAGS
 from .physics import norm
+from .policies import refuse_memory
 from .registry import OBSERVATIONS, arena_for, make
 from .spaces import Box, Discrete
 from .spawn import initial_state
@@ -138,6 +139,7 @@ class BotArena:
         a fight rather than the same few seconds of each. `num_envs=None`
         makes one unbatched arena (no leading axis anywhere).
         """
+        refuse_memory(squad_policy, "the learned bot's arena")  # its state holds no squad memory
         if num_envs is not None and (
             isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1
         ):

@@ -25,6 +25,29 @@ from .types import EnvParams, arena_diagonal
 Policy = Callable[[Any, jax.Array, jax.Array], jax.Array]
 
 
+def has_memory(policy: Callable) -> bool:
+    """Whether `policy` carries a memory between ticks (a squad with a GRU): it has `initial_memory`."""
+    return hasattr(policy, "initial_memory")
+
+
+def with_memory(policy: Callable) -> tuple[Callable, Callable]:
+    """Any policy as `(initial_memory(batch_shape), step(params, obs, key, memory) -> (actions, memory))`.
+
+    A policy with memory is called `policy(params, obs, key, memory) -> (actions, memory)` and starts
+    each episode from `policy.initial_memory(obs.shape[:-1])`; every other policy carries an empty
+    memory, (), so one loop plays both.
+    """
+    if has_memory(policy):
+        return policy.initial_memory, policy
+    return (lambda batch_shape: ()), (lambda params, obs, key, memory: (policy(params, obs, key), memory))
+
+
+def refuse_memory(policy: Callable, where: str) -> None:
+    """A ValueError for a squad with memory where only a memoryless one can play (it would lose its memory)."""
+    if has_memory(policy):
+        raise ValueError(f"{where} plays squads without memory; this squad carries a GRU state (PPOConfig.memory)")
+
+
 def random_policy(params: Any, obs: jax.Array, key: jax.Array) -> jax.Array:
     """Uniformly random actions (a floor for comparisons)."""
     del params

@@ -5,7 +5,9 @@ policy evaluation, the tag-response matrix, the demo, a rendered episode) is
 this runner with a *policy* and a *tag source* plugged in:
 
 - policy: `policy(params, obs (5, obs_size), key) -> actions (5,)` for one
-  arena (see `jaxarena.policies`); the runner vmaps it over episodes.
+  arena (see `jaxarena.policies`); the runner vmaps it over episodes. A squad
+  with memory is `policy(params, obs, key, memory) -> (actions, memory)`, each
+  episode's memory starting from `policy.initial_memory` (`with_memory`).
 - tag source: a `jaxarena.tag_sources.TagSource`, asked once per decision
   period (5 s) for the whole batch: `step(carry, features, prev_tags, done,
   time_s, key[, state, params]) -> (tags, aux, carry)`. An int is the fixed
@@ -46,17 +48,22 @@ from flax import struct
 
 from .checks import checked_actions
 from .env import Arena, outcome_of
-from .names import LLM_FEATURES, NUM_TAGS
+from .names import LLM_FEATURES, NUM_NPCS, NUM_TAGS
 from .observe import llm_features
+from .policies import with_memory
 from .tag_sources import TagFn, TagSource, as_tag_source
 from .types import EnvParams, EnvState, ticks
 
 
 class Start(NamedTuple):
-    """Where `run` starts instead of a reset: N states at the start of decision period `period`."""
+    """Where `run` starts instead of a reset: N states at the start of decision period `period`.
+
+    A squad with memory starts from `memory` (leaves (N, 5, ...)), or afresh where it is None.
+    """
 
     state: EnvState
     period: jax.Array
+    memory: Any = None
 
 
 class Tick(NamedTuple):
@@ -231,8 +238,15 @@ class _Rollout:
         self.steps_per_period, self.periods, self.period_s = schedule
         self.latency_steps, self.accumulators, self.trace = latency_steps, accumulators, trace
         self.record_states = record_states
-        # Actions are checked as `env.step` checks them (shape (5,), integers), with its error messages.
-        self.batched_policy = jax.vmap(lambda p, o, k: checked_actions(policy(p, o, k)), in_axes=(None, 0, 0))
+        # A squad with memory carries it per episode (leaves (N, 5, ...)); any other carries ().
+        self.initial_memory, step = with_memory(policy)
+
+        def act(params, obs, key, memory):
+            # Actions are checked as `env.step` checks them (shape (5,), integers), with its error messages.
+            actions, memory = step(params, obs, key, memory)
+            return checked_actions(actions), memory
+
+        self.batched_policy = jax.vmap(act, in_axes=(None, 0, 0, 0))
         self.batched_step = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))
         self.batched_retag = jax.vmap(env.retag, in_axes=(0, 0, 0, None))
         self.batched_observe = jax.vmap(env.observe, in_axes=(0, None))
@@ -269,6 +283,7 @@ class _Rollout:
             "damage_taken": zeros,
             "tag_steps": jnp.zeros((n, NUM_TAGS), jnp.int32),
             "extras": {name: acc.init(n) for name, acc in self.accumulators.items()},
+            "memory": self.initial_memory((n, NUM_NPCS)) if start is None or start.memory is None else start.memory,
         }
         if tag_state is None:
             tag_state = self.source.init(n)
@@ -300,7 +315,7 @@ class _Rollout:
         policy_params, params, episode_keys, _ = inputs
         obs, state = carry["obs"], carry["state"]
         keys = jax.vmap(lambda k: jax.random.split(jax.random.fold_in(k, step_index + 1)))(episode_keys)
-        actions = self.batched_policy(policy_params, obs, keys[:, 0])
+        actions, memory = self.batched_policy(policy_params, obs, keys[:, 0], carry["memory"])
         stepped, reward, terminated, truncated, info = self.batched_step(keys[:, 1], state, actions, params)
         done = terminated | truncated
         running = ~carry["finished"]
@@ -322,6 +337,7 @@ class _Rollout:
             "damage_taken": carry["damage_taken"] + jnp.where(running, info["damage_taken"].sum(-1), 0.0),
             "tag_steps": carry["tag_steps"] + jax.nn.one_hot(state.tag, NUM_TAGS, dtype=jnp.int32) * running[:, None],
             "extras": {name: acc.update(carry["extras"][name], tick) for name, acc in self.accumulators.items()},
+            "memory": memory,
         }
         return out, (self.trace(tick) if self.trace is not None else None)
 

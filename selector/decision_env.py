@@ -31,6 +31,7 @@ from jaxarena.env import Arena
 from jaxarena.llm.history import DecisionHistory, empty_history, push
 from jaxarena.names import BOT_TYPES, NPC_WIN
 from jaxarena.observe import llm_features
+from jaxarena.policies import refuse_memory
 from jaxarena.runner import Start, make_runner, schedule_of
 from jaxarena.spaces import Box, Discrete, Tree
 from jaxarena.tag_sources import hold_tags
@@ -95,6 +96,8 @@ class DecisionEnv:
     ):
         if num_envs is not None and (isinstance(num_envs, bool) or int(num_envs) != num_envs or num_envs < 1):
             raise ValueError(f"num_envs must be a positive int (or None for one unbatched lane), got {num_envs!r}")
+        # Each decision restarts the runner from the stored state, which holds no squad memory.
+        refuse_memory(squad_policy, "the RL selector's decision env")
         self.arena, self.squad_params, self.population = arena, squad_params, population  # the initial population
         self.table, self.inputs = table, inputs
         self.num_envs = None if num_envs is None else int(num_envs)

@@ -22,7 +22,6 @@ import argparse
 import dataclasses
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -32,8 +31,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import serialization
 
-from jaxarena.algorithms.ppo_core import CoreConfig, make_core_trainer, run_fns
-from jaxarena.algorithms.train_metrics import json_line, read_row
+from jaxarena.algorithms import driver
+from jaxarena.algorithms.batch_runs import run_fns
+from jaxarena.algorithms.checkpoint import Checkpointer, has_checkpoint, load_saved_params
+from jaxarena.algorithms.driver import stack, take, updates_done
+from jaxarena.algorithms.ppo_core import CoreConfig, make_core_trainer
+from jaxarena.algorithms.train_metrics import MetricsLog
 from jaxarena.cli_errors import ArgumentParser, cli_main
 from jaxarena.key_streams import learned_bot_key, selector_key
 from jaxarena.names import BOT_TYPES
@@ -42,10 +45,12 @@ from .curves import plot_curves
 from .inputs import CANDIDATE_STYLES, InputConfig
 from .network import CandidateSelector
 from .population import make_population
-from .runs import CHECKPOINT, resume_runs, stack_runs, take_run, updates_done
 
 POPULATIONS = ("population", "scripted")
-BOTS = "bots.msgpack"
+#: A shipped selector's parameters (`export_selector`); a training run keeps the driver's checkpoints.
+SHIPPED = "selector.msgpack"
+#: Where a run's learned bot trains (its checkpoints and metrics), inside the run's folder.
+BOT_DIR = "bot"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,27 +135,32 @@ def build(config: SelectorConfig):
     return env, CandidateSelector(), (policy, squad_params), population
 
 
-def _host_row(metrics: dict, i: int) -> dict:
-    row = {k: float(np.asarray(v)[i]) for k, v in metrics.items()}
-    for bot in BOT_TYPES + ("learned",):
-        episodes = row.pop(f"episodes/{bot}", float("nan"))
-        wins = row.pop(f"win/{bot}", float("nan"))
-        row[f"win_rate/{bot}"] = wins / episodes if episodes > 0 else float("nan")
-    return row
-
-
-def _save(out: Path, payload: dict) -> None:
-    tmp = out / (CHECKPOINT + ".tmp")
-    tmp.write_bytes(serialization.msgpack_serialize(payload))
-    os.replace(tmp, out / CHECKPOINT)
+def _host_rows(metrics: dict, n: int, filled: int, decisions_per_update: int, per_s: float, ticks: int) -> list[dict]:
+    """A chunk's n updates as metrics rows: win rates per bot, decisions, the learned bots in play, throughput."""
+    rows = []
+    for i in range(n):
+        row = {k: float(np.asarray(v)[i]) for k, v in metrics.items()}
+        for bot in BOT_TYPES + ("learned",):
+            episodes = row.pop(f"episodes/{bot}", float("nan"))
+            wins = row.pop(f"win/{bot}", float("nan"))
+            row[f"win_rate/{bot}"] = wins / episodes if episodes > 0 else float("nan")
+        row["update"] = int(row["update"])
+        row["decisions"] = row["update"] * decisions_per_update
+        row["learned_bots"] = filled
+        # Throughput of the whole program (every seed's decisions), as a user of this command sees it.
+        row["decisions_per_s"] = per_s
+        row["env_steps_per_s"] = per_s * ticks  # `ticks` arena steps per decision
+        rows.append(row)
+    return rows
 
 
 def train(config: SelectorConfig, out: str | Path, progress: bool = True, seeds: int = 1) -> dict | list[dict]:
     """Runs (or resumes) a selector training run into `out`; returns the final metrics row.
 
     With `seeds` > 1, seeds `config.seed`, `config.seed + 1`, ... train in one vmapped program, each
-    in `out/seed_S` (its own config, learned bots, metrics and checkpoint, resumed together), and the
-    final rows come back as a list, one per seed.
+    in `out/seed_S` (its own config, learned bots, metrics and checkpoints, resumed together), and the
+    final rows come back as a list, one per seed. The chunks, checkpoints and resume are the training
+    driver's (`algorithms.driver`).
     """
     out = Path(out)
     if seeds < 1:
@@ -161,7 +171,7 @@ def train(config: SelectorConfig, out: str | Path, progress: bool = True, seeds:
         saved_config = d / "config.json"
         if saved_config.exists() and json.loads(saved_config.read_text()) != dataclasses.asdict(c):
             raise ValueError(f"{d} holds a run with another config ({saved_config}); use a new --out")
-    have = [(d / CHECKPOINT).exists() for d in dirs]
+    have = [has_checkpoint(d) for d in dirs]
     if any(have) and not all(have):
         raise ValueError(
             f"{out} holds checkpoints of {sum(have)} of these {seeds} seeds: use the command that made them"
@@ -170,7 +180,7 @@ def train(config: SelectorConfig, out: str | Path, progress: bool = True, seeds:
         d.mkdir(parents=True, exist_ok=True)
         (d / "config.json").write_text(json.dumps(dataclasses.asdict(c), indent=2))
 
-    env, network, (squad_policy, squad_params), population = build(config)
+    env, network, (squad_policy, squad_params), _ = build(config)
     trainer = make_core_trainer(env, network, config.core())
     batched = seeds > 1
     # One run, or the seeds' runs in one program: every leaf of a batched state has a leading seed axis.
@@ -178,58 +188,54 @@ def train(config: SelectorConfig, out: str | Path, progress: bool = True, seeds:
     init, run_updates = run_fns(trainer, batched)
     state = jax.jit(init)(keys)
     bots = [_learned_bots(c, squad_policy, squad_params, d, progress) for c, d in zip(configs, dirs, strict=True)]
+    checkpointers = [Checkpointer(d, None, save_config=False) for d in dirs]
     if all(have):
-        state = resume_runs(trainer, state, dirs, batched, population)
-    run_updates = jax.jit(run_updates, static_argnums=1)
-    rows = []
-    for d in dirs:
-        metrics_path = d / "metrics.jsonl"
-        old = [read_row(line) for line in metrics_path.read_text().splitlines()] if metrics_path.exists() else []
-        rows.append([r for r in old if r["update"] <= updates_done(state)])
+        state = driver.restore(checkpointers, state, batched)
+    logs = [MetricsLog(d, updates_done(state)) for d in dirs]
 
     total = config.num_updates
     generations = max(config.slots, 1)
     per_generation = math.ceil(total / generations)
     decisions_per_update = config.num_envs * config.num_steps
-    while updates_done(state) < total:
-        generation = updates_done(state) // per_generation
-        filled = int(np.asarray(state.env_state.population.learned_filled).reshape(-1)[0])
-        if config.slots and filled <= generation:
-            # The bot trainer's next checkpoint joins the population for this generation on (each seed its own bot).
-            pops = [take_run(state.env_state.population, i, batched) for i in range(seeds)]
-            pops = [p.with_learned_bot(filled, b[filled]) for p, b in zip(pops, bots, strict=True)]
-            population = stack_runs(pops) if batched else pops[0]
-            state = state.replace(env_state=state.env_state.replace(population=population))
-            filled += 1
-            _log(progress, f"generation {generation + 1}: learned bot checkpoint {filled}/{config.slots} joins")
-        n = min(
-            config.chunk_updates, total - updates_done(state), per_generation * (generation + 1) - updates_done(state)
-        )
-        t0 = time.perf_counter()
-        state, metrics = run_updates(state, n)
-        jax.block_until_ready(metrics)
-        elapsed = time.perf_counter() - t0
+
+    def filled_slots(state) -> int:
+        return int(np.asarray(state.env_state.population.learned_filled).reshape(-1)[0])
+
+    def fill_generation(state):
+        """Before a generation's first update, the bot trainer's next checkpoint joins the population."""
+        generation, filled = updates_done(state) // per_generation, filled_slots(state)
+        if not config.slots or filled > generation:
+            return state
+        pops = [take(state.env_state.population, i, batched) for i in range(seeds)]
+        pops = [p.with_learned_bot(filled, b[filled]) for p, b in zip(pops, bots, strict=True)]
+        population = stack(pops) if batched else pops[0]
+        _log(progress, f"generation {generation + 1}: learned bot checkpoint {filled + 1}/{config.slots} joins")
+        return state.replace(env_state=state.env_state.replace(population=population))
+
+    steps = driver.chunks(
+        run_updates,
+        state,
+        total,
+        chunk=config.chunk_updates,
+        checkpointers=checkpointers,
+        batched=batched,
+        stops=[per_generation * (g + 1) for g in range(generations)],
+        before=fill_generation,
+        say=lambda text: _log(progress, text),
+    )
+    for state, metrics, n, seconds in steps:
         decisions = n * decisions_per_update * seeds
-        for i, d in enumerate(dirs):
-            new_rows = [_host_row(take_run(metrics, i, batched), j) for j in range(n)]
-            for r in new_rows:
-                r["decisions"] = r["update"] * decisions_per_update
-                r["learned_bots"] = filled
-            # Throughput of the whole program (every seed's decisions), as a user of this command sees it.
-            new_rows[-1]["decisions_per_s"] = decisions / elapsed
-            new_rows[-1]["env_steps_per_s"] = decisions * env.steps_per_period / elapsed
-            rows[i] += new_rows
-            with open(d / "metrics.jsonl", "w") as f:
-                f.writelines(json_line(r) for r in rows[i])  # strict JSON: a missing number is null
-            one = take_run(state, i, batched)
-            payload = {
-                "train_state": serialization.to_state_dict(one.train_state),
-                "population": serialization.to_state_dict(one.env_state.population),
-                "rng": np.asarray(one.rng),
-                "update": int(one.update),
-            }
-            _save(d, payload)
-        lasts = [r[-1] for r in rows]
+        for i, log in enumerate(logs):
+            rows = _host_rows(
+                take(metrics, i, batched),
+                n,
+                filled_slots(state),
+                decisions_per_update,
+                decisions / seconds,
+                env.steps_per_period,
+            )
+            log.append(rows)
+        lasts = [log.rows[-1] for log in logs]
         _log(
             progress,
             f"update {updates_done(state)}/{total}  win {np.mean([last['win'] for last in lasts]):.2f}  "
@@ -238,9 +244,11 @@ def train(config: SelectorConfig, out: str | Path, progress: bool = True, seeds:
             + f"  {lasts[0]['decisions_per_s']:.0f} decisions/s"
             + (f" ({seeds} seeds, means)" if batched else ""),
         )
-    for i, d in enumerate(dirs):
-        plot_curves(rows[i], d / "curves.png")
-    return [r[-1] for r in rows] if batched else rows[0][-1]
+    for checkpointer in checkpointers:
+        checkpointer.close()
+    for log, d in zip(logs, dirs, strict=True):
+        plot_curves(log.rows, d / "curves.png")
+    return [log.rows[-1] for log in logs] if batched else logs[0].rows[-1]
 
 
 def _bot_template(config: SelectorConfig):
@@ -250,48 +258,37 @@ def _bot_template(config: SelectorConfig):
 
 
 def _learned_bots(config: SelectorConfig, squad_policy, squad_params, out: Path, progress: bool) -> list:
-    """The learned bot's checkpoints, one per slot, oldest first: trained once (against the
-    squad playing random tags), stored in `bots.msgpack`, and read back on resume."""
+    """The learned bot's checkpoints, one per slot, oldest first: trained once (against the squad playing
+    random tags) into `out/bot` through the training driver, and read back from there on resume."""
     if not config.slots:
         return []
-    path = out / BOTS
-    template = [_bot_template(config)] * config.slots
-    if path.exists():
-        return serialization.from_state_dict(template, serialization.msgpack_restore(path.read_bytes()))
     import jaxarena
     from jaxarena.algorithms.bot_training import train_bot
 
     env_id = getattr(squad_policy, "env_id", "Arena-v0")
     _, params = jaxarena.make(env_id, scenario=config.scenario)
-    key = learned_bot_key(config.seed)
     steps = config.bot_steps * config.slots
-    _log(progress, f"training the learned bot: {steps:,} env steps, {config.slots} checkpoints")
+    _log(progress, f"the learned bot: {steps:,} env steps, {config.slots} checkpoints (in {out / BOT_DIR})")
     t0 = time.perf_counter()
     bots, metrics = train_bot(
         squad_policy,
         squad_params,
         params,
-        key,
+        learned_bot_key(config.seed),
         total_steps=steps,
         checkpoint_every=config.bot_steps,
         env_id=env_id,
         approach_shaping=config.bot_approach_shaping,
+        out=out / BOT_DIR,
     )
     if len(bots) < config.slots:
         raise ValueError(
             f"bot_steps={config.bot_steps} gave {len(bots)} bot checkpoints for {config.slots} slots: "
             "make it at least one bot-training update (algorithms.bot_training.DEFAULT_CONFIG's num_envs x num_steps)"
         )
-    bots = bots[-config.slots :]
     summary = {k: float(np.nanmean(np.asarray(metrics[k])[-5:])) for k in ("bot_win", "npc_win", "timeout")}
-    _log(progress, f"learned bot trained in {time.perf_counter() - t0:.0f} s; last updates: {summary}")
-    (out / "bot_metrics.json").write_text(
-        json.dumps({k: np.asarray(v).tolist() for k, v in metrics.items()}, allow_nan=True)
-    )
-    tmp = path.with_suffix(".tmp")
-    tmp.write_bytes(serialization.msgpack_serialize(serialization.to_state_dict(bots)))
-    os.replace(tmp, path)
-    return bots
+    _log(progress, f"learned bot ready in {time.perf_counter() - t0:.0f} s; last updates: {summary}")
+    return bots[-config.slots :]
 
 
 def _log(progress: bool, message: str) -> None:
@@ -300,13 +297,12 @@ def _log(progress: bool, message: str) -> None:
 
 
 def export_selector(run_dir: str | Path, dest: str | Path) -> Path:
-    """Copies a finished run's selector for shipping: the config, the network's parameters
-    alone (no optimiser state or population), the metrics and the curves."""
+    """Copies a finished run's selector for shipping: the config, the network's parameters alone (no
+    optimiser state or population) in the shipped format (`selector.msgpack`), the metrics and the curves."""
     run_dir, dest = Path(run_dir), Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
-    raw = serialization.msgpack_restore((run_dir / CHECKPOINT).read_bytes())
-    slim = {"train_state": {"params": raw["train_state"]["params"]}}
-    (dest / CHECKPOINT).write_bytes(serialization.msgpack_serialize(slim))
+    slim = {"train_state": {"params": load_saved_params(run_dir)}}
+    (dest / SHIPPED).write_bytes(serialization.msgpack_serialize(serialization.to_state_dict(slim)))
     for name in ("config.json", "metrics.jsonl", "curves.png"):
         if (run_dir / name).exists():
             (dest / name).write_bytes((run_dir / name).read_bytes())
@@ -322,7 +318,7 @@ def shipped_selectors() -> dict[str, Path]:
     """{name: directory} of every shipped selector, the archived ones included."""
     found = {}
     for root in (PRETRAINED, ARCHIVE):
-        for checkpoint in sorted(root.glob(f"*/{CHECKPOINT}")):
+        for checkpoint in sorted(root.glob(f"*/{SHIPPED}")):
             found.setdefault(checkpoint.parent.name, checkpoint.parent)
     return found
 
@@ -342,10 +338,11 @@ def load_selector(path: str | Path):
     """(config, network, params) of a trained selector: a run directory or a shipped name ("C")."""
     directory = selector_directory(path)
     config = SelectorConfig(**json.loads((directory / "config.json").read_text()))
-    network = CandidateSelector()
-    raw = serialization.msgpack_restore((directory / CHECKPOINT).read_bytes())
-    params = jax.tree.map(jnp.asarray, raw["train_state"]["params"])
-    return config, network, params
+    if has_checkpoint(directory):  # a training run: the driver's checkpoints
+        return config, CandidateSelector(), load_saved_params(directory)
+    # A shipped (exported) selector: its parameters alone, in the published format.
+    raw = serialization.msgpack_restore((directory / SHIPPED).read_bytes())
+    return config, CandidateSelector(), jax.tree.map(jnp.asarray, raw["train_state"]["params"])
 
 
 def parse_args(argv=None) -> tuple[SelectorConfig, argparse.Namespace]:

@@ -32,6 +32,7 @@ CHECKSUMS_BEFORE_CARDS = {
     "B-sides-raid": "cddf3a98da871bc14a44cf69b69b011737ee8f94de9318343d57838fb4e930b1",
     "A-unity": "c2a9ee5b09398de46030ee042f0825c73c112602d5a8ba1ea0f8d91d5ed1e9f4",
     "B-unity": "2f77444376cad2ae81d8a466119c0d7a00f59ec7d9ffc348a382f695d9c50dcd",
+    "A-gru-unity": "3312228aeb85fe9c238ef313e463b5df572a298bc36a4fc731054f986aacc524",
 }
 SQUADS = sorted(CHECKSUMS_BEFORE_CARDS)
 SELECTORS = ["C", "C-all-tags", "C-nodeduction", "C-raid", "C-scripted"]

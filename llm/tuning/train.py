@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxarena.algorithms.checkpoint import CHECKPOINT_DIR, Checkpointer
 from jaxarena.config_files import config_from
 from jaxarena.files import write_atomic
 from jaxarena.key_streams import GRPO_STREAM
@@ -48,7 +49,8 @@ from .metrics import by_group, choice_metrics
 from .model import TagModel, option_logits
 
 METHODS = ("sft", "dpo", "grpo")
-CHECKPOINT = "checkpoint.npz"
+#: The file an earlier version kept a tuning run's state in; such a run's adapter loads, it does not resume.
+OLD_CHECKPOINT = "checkpoint.npz"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,27 +138,33 @@ def bytes_of(write: Callable) -> bytes:
 
 
 def save_checkpoint(out: Path, step: int, adapter, opt_state, history: list, config) -> None:
-    """Write the run's state atomically: adapter and optimizer leaves, the step, the history, the config."""
-    leaves = jax.tree.leaves((adapter, opt_state))
-    arrays = {f"leaf{i:04d}": np.asarray(x) for i, x in enumerate(leaves)}
-    meta = json.dumps({"step": step, "history": history, "config": config.to_json()})
-    write_atomic(out / CHECKPOINT, bytes_of(lambda f: np.savez(f, meta=np.asarray(meta), **arrays)))
+    """The run's state as the training driver saves every trainer's (`algorithms.checkpoint.Checkpointer`,
+    orbax, atomic): adapter and optimizer state, with the step, the history and the config beside them."""
+    checkpointer = Checkpointer(out, save_config=False)
+    checkpointer.save([adapter, opt_state], step, meta={"history": history, "config": config.to_json()})
+    checkpointer.close()
 
 
 def load_checkpoint(out: Path, like, config):
-    """(step, (adapter, opt_state), history) from `out`'s checkpoint, or None if there is none."""
-    path = out / CHECKPOINT
-    if not path.exists():
-        return None
-    with np.load(path) as z:
-        meta = json.loads(str(z["meta"]))
-        leaves = [z[f"leaf{i:04d}"] for i in range(len(z.files) - 1)]
-    # The step budget may grow between runs (train longer); everything else must match.
-    if {**meta["config"], "steps": 0} != {**config.to_json(), "steps": 0}:
-        raise ValueError(f"{out} holds a run with another config ({meta['config']}); use a new --out directory")
-    treedef = jax.tree.structure(like)
-    restored = jax.tree.unflatten(treedef, [jnp.asarray(x) for x in leaves])
-    return meta["step"], restored, meta["history"]
+    """(step, (adapter, opt_state), history) from `out`'s newest checkpoint, or None if there is none."""
+    if (out / OLD_CHECKPOINT).exists() and not (out / CHECKPOINT_DIR).exists():
+        raise ValueError(
+            f"{out} holds a checkpoint of an earlier version ({OLD_CHECKPOINT}), which cannot be resumed: "
+            "its saved adapter still loads; use a new --out directory to train again"
+        )
+    checkpointer = Checkpointer(out, save_config=False)
+    try:
+        step = checkpointer.latest_step()
+        if step is None:
+            return None
+        meta = checkpointer.meta(step)
+        # The step budget may grow between runs (train longer); everything else must match.
+        if {**meta["config"], "steps": 0} != {**config.to_json(), "steps": 0}:
+            raise ValueError(f"{out} holds a run with another config ({meta['config']}); use a new --out directory")
+        adapter, opt_state = checkpointer.restore(list(like), step)
+    finally:
+        checkpointer.close()
+    return step, (adapter, opt_state), meta["history"]
 
 
 def write_curves(out: Path, panels: list[tuple[str, list, list]], title: str) -> None:

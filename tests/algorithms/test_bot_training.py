@@ -97,3 +97,29 @@ def test_bot_learns_against_the_paper_recipe_b_on_headroom():
     before = evaluate_bot(init_bot_weights(jax.random.PRNGKey(9)), squad, squad_params, params, jax.random.PRNGKey(7))
     after = evaluate_bot(checkpoints[-1], squad, squad_params, params, jax.random.PRNGKey(7))
     assert after["squad_damage_taken"] > before["squad_damage_taken"] + 10.0
+
+
+def test_train_bot_with_a_folder_resumes_where_it_stopped(tmp_path, monkeypatch):
+    from jaxarena.algorithms.checkpoint import Checkpointer
+
+    _, params = jaxarena.make("Arena-v0", episode_s=5.0)
+    config = dataclasses.replace(SMALL, num_steps=8, num_minibatches=2, update_epochs=1)
+    args = (statue, None, params, jax.random.PRNGKey(0), 3 * 64, 8, 64)
+    alone, alone_metrics = train_bot(*args, config=config, hidden=16)
+    real_save = Checkpointer.save
+
+    def crash_after_the_first_checkpoint(self, state):
+        real_save(self, state)
+        raise KeyboardInterrupt("simulated crash")
+
+    monkeypatch.setattr(Checkpointer, "save", crash_after_the_first_checkpoint)
+    with pytest.raises(KeyboardInterrupt):
+        train_bot(*args, config=config, hidden=16, out=tmp_path / "bot")
+    monkeypatch.setattr(Checkpointer, "save", real_save)
+    resumed, metrics = train_bot(*args, config=config, hidden=16, out=tmp_path / "bot")
+    # The interrupted run went on from its first checkpoint: the same bots and rows as one that never stopped.
+    chex.assert_trees_all_close(resumed, alone, atol=1e-6)
+    np.testing.assert_array_equal(metrics["update"], [1, 2, 3])
+    np.testing.assert_allclose(metrics["entropy"], alone_metrics["entropy"], rtol=1e-5)
+    again, _ = train_bot(*args, config=config, hidden=16, out=tmp_path / "bot")  # finished: read back, not retrained
+    chex.assert_trees_all_equal(again, resumed)

@@ -20,12 +20,13 @@ import pytest
 
 import jaxarena
 from jaxarena.algorithms import PPOConfig, make_train, make_trainer
+from jaxarena.algorithms.batch_runs import run_fns
 from jaxarena.algorithms.bot_training import DEFAULT_CONFIG as BOT_CONFIG
 from jaxarena.algorithms.bot_training import BotActorCritic
 from jaxarena.algorithms.checkpoint import has_checkpoint, load_params, read_config
 from jaxarena.algorithms.config import parse_field
 from jaxarena.algorithms.multi_run import group_runs, make_batch_trainer, parse_sweep, plan_runs, take
-from jaxarena.algorithms.ppo_core import make_core_trainer, run_fns
+from jaxarena.algorithms.ppo_core import make_core_trainer
 from jaxarena.algorithms.train_loop import main
 from jaxarena.bot_arena import BotArena
 from jaxarena.key_streams import training_key

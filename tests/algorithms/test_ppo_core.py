@@ -9,7 +9,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from jaxarena.algorithms.ppo_core import CoreConfig, init_runs, make_core_trainer, train_fn
+from jaxarena.algorithms.batch_runs import init_runs, train_fn
+from jaxarena.algorithms.ppo_core import CoreConfig, make_core_trainer
 
 NUM_ARMS = 4
 

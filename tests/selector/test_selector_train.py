@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxarena.selector import train as train_mod
+from jaxarena.algorithms.checkpoint import Checkpointer, load_saved_params
 from jaxarena.selector.inputs import CANDIDATE_SIZE, STATE_SIZE, SelectorObs
 from jaxarena.selector.train import SelectorConfig, load_selector, parse_args, train
 
@@ -26,15 +26,16 @@ def test_config_and_cli_flags():
 def test_train_writes_everything_and_resumes_after_a_crash(tmp_path, monkeypatch):
     config = SelectorConfig(**TINY)
     out = tmp_path / "run"
-    real_save, saves = train_mod._save, []
+    real_save, saves = Checkpointer.save, []
 
-    def crash_after_first_chunk(path, payload):
-        real_save(path, payload)
-        saves.append(payload["update"])
+    def crash_after_first_chunk(self, state):
+        step = real_save(self, state)
+        saves.append(step)
         if len(saves) == 1:
             raise KeyboardInterrupt("simulated crash")
+        return step
 
-    monkeypatch.setattr(train_mod, "_save", crash_after_first_chunk)
+    monkeypatch.setattr(Checkpointer, "save", crash_after_first_chunk)
     with pytest.raises(KeyboardInterrupt):
         train(config, out, progress=False)
     first_rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -64,7 +65,7 @@ def test_load_selector_names_the_shipped_ones():
 
 @pytest.mark.slow  # over ~10 s on 2 cores: the default suite stays an inner loop
 def test_learned_bot_checkpoints_join_the_population_by_generation(tmp_path):
-    from flax import serialization
+    import orbax.checkpoint as ocp
 
     from jaxarena.names import BOT_LEARNED
 
@@ -74,14 +75,18 @@ def test_learned_bot_checkpoints_join_the_population_by_generation(tmp_path):
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     # Four updates in two generations: the second checkpoint joins before update 3.
     assert [r["learned_bots"] for r in rows] == [1, 1, 2, 2]
-    saved = serialization.msgpack_restore((out / "selector.msgpack").read_bytes())
-    weights = np.asarray(saved["population"]["weights"])
-    bot_types = np.asarray(saved["population"]["params"]["bot_type"])
-    np.testing.assert_array_equal(weights[bot_types == BOT_LEARNED], 1.0)
-    assert (out / "bots.msgpack").exists() and (out / "bot_metrics.json").exists()
-    bots = serialization.msgpack_restore((out / "bots.msgpack").read_bytes())
-    first, second = (np.concatenate([np.ravel(x) for x in jax.tree.leaves(b)]) for b in bots.values())
-    assert not np.allclose(first, second)  # two different checkpoints
+    checkpointer = Checkpointer(out, None, save_config=False)
+    manager = checkpointer._mngr
+    saved = manager.restore(4, args=ocp.args.Composite(state=ocp.args.StandardRestore()))["state"]
+    checkpointer.close()
+    population = saved["env_state"]["population"]
+    weights = np.asarray(population["weights"])
+    np.testing.assert_array_equal(weights[np.asarray(population["params"]["bot_type"]) == BOT_LEARNED], 1.0)
+    # The bot trained as a run of its own, through the same driver: both of its checkpoints kept, rows logged.
+    bot_steps = Checkpointer(out / "bot", None, save_config=False).all_steps()
+    assert len(bot_steps) == 2 and (out / "bot" / "metrics.jsonl").exists()
+    first, second = (load_saved_params(out / "bot", step) for step in bot_steps)
+    assert not np.allclose(*(np.concatenate([np.ravel(x) for x in jax.tree.leaves(p)]) for p in (first, second)))
 
 
 @pytest.mark.slow  # two selector programs compiled, then a resume: over ~10 s on 2 cores
@@ -103,6 +108,8 @@ def test_seeds_train_in_one_program_each_as_alone_and_resume(tmp_path):
     longer = SelectorConfig(**{**TINY, "seed": 3, "total_decisions": 16 * 4 * 6})
     with pytest.raises(ValueError, match="another config"):
         train(longer, out, progress=False, seeds=2)  # the budget is part of the config: refused, as for one seed
-    (out / "seed_3" / "selector.msgpack").unlink()
+    import shutil
+
+    shutil.rmtree(out / "seed_3" / "checkpoints")
     with pytest.raises(ValueError, match="checkpoints of 1 of these 2 seeds"):
         train(config, out, progress=False, seeds=2)

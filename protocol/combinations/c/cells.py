@@ -111,11 +111,20 @@ def selector_directory(spec: str) -> Path:
 
 
 def selector_checksum(directory: Path) -> str:
-    """sha256 of the files that decide how a selector plays (its config and weights), in order."""
+    """sha256 of what decides how a selector plays, in order: its config, then its weights (the shipped
+    `selector.msgpack`, or a training run's latest saved parameters, leaf by leaf)."""
     h = hashlib.sha256()
     for name in SELECTOR_FILES:
         h.update(name.encode() + b"\0")
-        h.update((directory / name).read_bytes())
+        if (directory / name).exists():
+            h.update((directory / name).read_bytes())
+        else:  # a training run's folder: the weights live in its checkpoints
+            import jax
+
+            from jaxarena.selector.train import load_selector
+
+            for leaf in jax.tree.leaves(load_selector(directory)[2]):
+                h.update(np.asarray(leaf).tobytes())
         h.update(b"\0")
     return "sha256:" + h.hexdigest()
 
