@@ -7,7 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .bots import BotState, World, scripted_bot
-from .checks import check_key, check_params, checked_actions
+from .checks import check_params, checked_actions
+from .environment import Environment
 from .formations import SLOT_FEATURES, slot_features
 from .learned_bot import learned_move
 from .names import (
@@ -38,8 +39,8 @@ from .types import OBS_SIZE, EnvParams, EnvState, ticks
 FORMATION = slice(FACING.stop, FACING.stop + SLOT_FEATURES)
 
 
-class Arena:
-    """The paper's 30x30 combat arena, as pure functions over explicit params.
+class Arena(Environment):
+    """The paper's 30x30 combat arena, as pure functions over explicit params (an `Environment`).
 
     Five NPCs (60 HP, 4 u/s, melee 2.5 u for 15 every 0.5 s, plus orbs) fight
     one scripted bot (300 HP, 5 u/s, melee 3.0 u for 15 every 0.8 s). One
@@ -146,34 +147,28 @@ class Arena:
         """(5,) int32, one of the six Table 4 actions per NPC."""
         return Discrete(NUM_ACTIONS, shape=(NUM_NPCS,), dtype=jnp.int32)
 
-    def reset(self, key: jax.Array, params: EnvParams | None = None) -> tuple[jax.Array, EnvState]:
-        """Start an episode. Returns (obs (5, obs_size), state)."""
-        check_key(key, "reset's key")
+    def checked_params(self, params: EnvParams | None) -> EnvParams:
         params = self._default_params if params is None else params
         check_params(params)  # concrete params only: nothing of it enters a compiled program
+        return params
+
+    def checked_action(self, actions: jax.Array) -> jax.Array:
+        return checked_actions(actions)
+
+    def reset_env(self, key: jax.Array, params: EnvParams) -> tuple[jax.Array, EnvState]:
+        """Start an episode: (obs (5, obs_size), state). `reset` checks the key and params first."""
         state = initial_state(key, params)
         return self.observe(state, params), state
 
-    def step(self, key: jax.Array, state: EnvState, actions: jax.Array, params: EnvParams | None = None):
-        """Advance one tick; auto-reset when the episode ends.
+    def next_episode(self, key: jax.Array, state: EnvState, params: EnvParams) -> EnvState:
+        """The episode after `state`'s: `key` draws it (`step` auto-resets; the key is also handed to the
+        bot policy, which the shipped bots ignore), keeping the tag. Salting the draw with the episode
+        count keeps episodes distinct even when a caller (wrongly) reuses one key for every step."""
+        return initial_state(key, params, salt=state.episode + 1).replace(episode=state.episode + 1, tag=state.tag)
 
-        `key` draws the next episode on a reset (and is handed to the bot
-        policy, which the shipped bots ignore). Returns (obs, state, reward,
-        done, info); see the class docstring.
-        """
-        check_key(key, "step's key")
-        params = self._default_params if params is None else params
-        check_params(params)
-        actions = checked_actions(actions)
-        stepped, reward, terminated, truncated, info = self.step_env(key, state, actions, params)
-        done = terminated | truncated
-        # Salting the draw with the episode count keeps episodes distinct even
-        # when a caller (wrongly) reuses one key for every step.
-        fresh = initial_state(key, params, salt=state.episode + 1).replace(episode=state.episode + 1, tag=state.tag)
-        obs, next_state = auto_reset(
-            done, fresh, stepped, terminated, truncated, info, params, self.observe, outcome_of
-        )
-        return obs, next_state, reward, done, info
+    def episode_record(self, info: dict, stepped: EnvState, done, terminated, truncated, params: EnvParams) -> dict:
+        """How the step's episode stands (`record_episode`): its outcome where it ended, the final obs."""
+        return record_episode(info, done, stepped, terminated, truncated, params, self.observe, outcome_of)
 
     def observe(self, state: EnvState, params: EnvParams | None = None) -> jax.Array:
         """The (5, obs_size) observation of `state`."""
@@ -318,13 +313,9 @@ class Arena:
         return stepped, reward.astype(jnp.float32), terminated, truncated, info
 
 
-def auto_reset(done, fresh, stepped, terminated, truncated, info, params, observe_fn, outcome_fn):
-    """`fresh` where the episode is `done`, else `stepped`; `info` gains the finished episode's record.
-
-    Shared by `Arena.step` and `BatchedArena.step`, which pass their own observation and outcome
-    functions (and state layouts). Returns (observation of the next state, next state).
-    """
-    next_state = jax.tree.map(lambda a, b: jnp.where(done, a, b), fresh, stepped)
+def record_episode(info, done, stepped, terminated, truncated, params, observe_fn, outcome_fn) -> dict:
+    """`info` with the step's episode record: its outcome where it ended (else `RUNNING`), its time, how
+    it ended, and the observation it ended on (`final_obs`, before any reset)."""
     info.update(
         outcome=jnp.where(done, outcome_fn(stepped), RUNNING),
         episode_time=stepped.t.astype(jnp.float32) * params.dt,
@@ -332,6 +323,16 @@ def auto_reset(done, fresh, stepped, terminated, truncated, info, params, observ
         truncated=truncated,
         final_obs=observe_fn(stepped, params),
     )
+    return info
+
+
+def auto_reset(done, fresh, stepped, terminated, truncated, info, params, observe_fn, outcome_fn):
+    """`fresh` where the episode is `done`, else `stepped`, and `info`'s episode record, for the
+    batch-last layout of `BatchedArena.step`, which passes its own observation and outcome functions
+    (`Environment.step` does the same for one arena). Returns (observation of the next state, next state).
+    """
+    next_state = jax.tree.map(lambda a, b: jnp.where(done, a, b), fresh, stepped)
+    record_episode(info, done, stepped, terminated, truncated, params, observe_fn, outcome_fn)
     return observe_fn(next_state, params), next_state
 
 

@@ -28,6 +28,7 @@ from flax import struct
 
 from jaxarena.checks import check_key, check_range
 from jaxarena.env import Arena
+from jaxarena.environment import Environment
 from jaxarena.llm.history import DecisionHistory, empty_history, push
 from jaxarena.names import BOT_TYPES, NPC_WIN
 from jaxarena.observe import llm_features
@@ -63,7 +64,7 @@ class DecisionEnvState:
     population: Population
 
 
-class DecisionEnv:
+class DecisionEnv(Environment):
     """Batched, auto-resetting decision-level arena for `algorithms.ppo_core` (one unbatched lane if num_envs is None).
 
     Args:
@@ -79,7 +80,9 @@ class DecisionEnv:
     comes from `params`. A population passed as params must share the
     constructor's dt, decision period and episode length (the compiled
     period's length). The observation is a `SelectorObs`, the action the
-    index of the chosen candidate, in 0..inputs.choosable - 1.
+    index of the chosen candidate, in 0..inputs.choosable - 1. One lane is an
+    `Environment` (`reset_env`, `step_env`, `next_episode`), whose `step_lane`
+    the batched `step` vmaps.
     """
 
     name = "SelectorDecision-v0"
@@ -124,7 +127,9 @@ class DecisionEnv:
         obs, advice = self._observe(state, history, params, period)
         return DecisionState(state, history, params, member.astype(jnp.int32), period, k_episode, advice), obs
 
-    def _step_one(self, population: Population, key, ds: DecisionState, action):
+    def step_env(self, key, ds: DecisionState, action, population: Population):
+        """One decision period of one lane, never a reset: (state, reward, terminated, truncated, info)."""
+        del key  # the period plays on the episode's own key, so it is the runner's episode decision by decision
         tag = ds.advice.tags[action]
         start = Start(jax.tree.map(lambda x: x[None], ds.arena), ds.period)
         result = self._play(self.squad_params, ds.params, ds.key, initial_tag=tag, start=start)
@@ -133,12 +138,8 @@ class DecisionEnv:
         done = outcome != 0
         period = ds.period + 1
         history = push(ds.history, arena, ds.params)
-        obs, advice = self._observe(arena, history, ds.params, period)
+        _, advice = self._observe(arena, history, ds.params, period)
         continued = DecisionState(arena, history, ds.params, ds.member, period, ds.key, advice)
-        fresh, fresh_obs = self._new_episode(population, key)
-        pick = lambda new, old: jnp.where(done, new, old)  # noqa: E731
-        next_state = jax.tree.map(pick, fresh, continued)
-        next_obs = jax.tree.map(pick, fresh_obs, obs)
         win = (outcome == NPC_WIN).astype(jnp.float32)
         info = {"win": win, "duration_s": result.duration_s[0], "damage_dealt": arena.damage_dealt}
         # Per bot type (a scripted bot with its variants, or the learned bots): the host
@@ -146,7 +147,18 @@ class DecisionEnv:
         for code, bot in enumerate(BOT_TYPES + ("learned",)):
             is_bot = (ds.params.bot_type == code).astype(jnp.float32)
             info[f"win/{bot}"], info[f"episodes/{bot}"] = win * is_bot, is_bot
-        return next_obs, next_state, result.team_return[0], done, info
+        return continued, result.team_return[0], done, jnp.zeros_like(done), info
+
+    def observe(self, ds: DecisionState, population: Population):
+        return self._observe(ds.arena, ds.history, ds.params, ds.period)[0]
+
+    def reset_env(self, key: jax.Array, population: Population):
+        state, obs = self._new_episode(population, key)
+        return obs, state
+
+    def next_episode(self, key: jax.Array, ds: DecisionState, population: Population) -> DecisionState:
+        """A fresh episode against an opponent drawn from `population`."""
+        return self._new_episode(population, key)[0]
 
     @property
     def batched(self) -> bool:
@@ -178,12 +190,11 @@ class DecisionEnv:
     def reset(self, key: jax.Array, params: Population | None = None):
         """(obs, state) of fresh episodes against opponents drawn from `params` (default: the constructor's)."""
         check_key(key, "reset's key")
-        population = self.population if params is None else params
+        population = self.checked_params(params)
         keys = jax.random.split(key, self.num_envs or 1)
         if not self.batched:
-            lane, obs = self._new_episode(population, keys[0])
-            return obs, lane
-        lanes, obs = jax.vmap(self._new_episode, in_axes=(None, 0))(population, keys)
+            return self.reset_env(keys[0], population)
+        obs, lanes = jax.vmap(self.reset_env, in_axes=(0, None))(keys, population)
         return obs, DecisionEnvState(lanes, population)
 
     def step(self, key, state, action, params: Population | None = None):
@@ -202,11 +213,10 @@ class DecisionEnv:
         check_range(raw, self.inputs.choosable, "the chosen candidate's index")
         keys = jax.random.split(key, self.num_envs or 1)
         if not self.batched:
-            population = self.population if params is None else params
-            return self._step_one(population, keys[0], state, action)
+            return self.step_lane(keys[0], state, action, self.checked_params(params))
         population = state.population if params is None else params
-        step_one = jax.vmap(self._step_one, in_axes=(None, 0, 0, 0))
-        obs, lanes, reward, done, info = step_one(population, keys, state.lanes, action)
+        step_lanes = jax.vmap(self.step_lane, in_axes=(0, 0, 0, None))
+        obs, lanes, reward, done, info = step_lanes(keys, state.lanes, action, population)
         return obs, DecisionEnvState(lanes, population), reward, done, info
 
 
