@@ -19,6 +19,10 @@ preset and their ratio).
     python benchmarks/train_throughput.py                 # YNNPACK fusions off (default)
     python benchmarks/train_throughput.py --both-flags    # measure with and without, in subprocesses
     python benchmarks/train_throughput.py --presets fast  # one recipe only
+    python benchmarks/train_throughput.py --presets default --memory 64   # the squad with memory beside it
+
+`--memory N` adds, for each preset, the same recipe with an N-unit GRU per NPC (`PPOConfig.memory`),
+timed in the same rounds, and the summary gives its throughput over the preset's.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ def parse():
     p.add_argument("--presets", nargs="+", default=["default", "fast"], help="PPOConfig presets for full_update")
     p.add_argument("--ynn", choices=("off", "on"), default="off", help="off adds " + YNN_FLAG)
     p.add_argument("--both-flags", action="store_true", help="run once with each --ynn setting")
+    p.add_argument("--memory", type=int, default=0, help="also time each preset with a GRU of this many units")
     return p.parse_args()
 
 
@@ -73,8 +78,12 @@ def main():
     timer = Timer(args.repeats, common)
     measure_rollout(cfg, timer)
     configs = {name: PPOConfig.preset(name, combination=args.combination, **sizes) for name in args.presets}
+    if args.memory:
+        configs.update({f"{name}+gru": cfg.replace(memory=args.memory) for name, cfg in list(configs.items())})
     rates = measure_updates(configs, args.updates, timer)
     summary = {f"full_update_env_steps_per_s_{name}": rate for name, rate in rates.items()}
+    for name in args.presets if args.memory else ():
+        summary[f"{name}_gru_over_{name}"] = round(rates[f"{name}+gru"] / rates[name], 3)
     if "default" in rates and "fast" in rates:
         summary["fast_over_default"] = round(rates["fast"] / rates["default"], 3)
     print(json.dumps({"summary": summary, "load_after": os.getloadavg()[0], **common}), flush=True)
