@@ -19,6 +19,7 @@ checkpoint, `params["params"]["actor"]`, is exactly the `BotWeights`
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -140,31 +141,46 @@ def train_bot(
         raise ValueError("out: train one seed per folder (a batch of keys keeps its checkpoints in memory)")
     init, run = run_fns(trainer, batched=batched)
     state = jax.jit(init)(key)
-    checkpointers = [] if out is None else [Checkpointer(out, None, max_to_keep=None, save_config=False)]
-    if checkpointers and checkpointers[0].all_steps():  # resume: where the bot's run saved last
-        state = driver.restore(checkpointers, state, batched=False)
-    log = None if out is None else MetricsLog(Path(out), updates_done(state))
-    checkpoints, chunks = [], []
-    steps = driver.chunks(
-        run, state, total_updates, chunk=total_updates, checkpointers=checkpointers, stops=bounds, say=lambda _: None
-    )
-    for state, metrics, n, _ in steps:
-        if log is None:
-            checkpoints.append(jax.device_get(actor_weights(state.train_state.params)))
-            chunks.append(metrics)
-        else:
-            log.append([{k: np.asarray(v)[i].item() for k, v in metrics.items()} for i in range(n)])
-    if log is not None:  # every checkpoint and row, the ones of an earlier (interrupted) run included
-        template = jax.device_get(state)
-        checkpoints = [
-            actor_weights(checkpointers[0].restore(template, step).train_state.params) for step in bounds[1:]
-        ]
-        checkpointers[0].close()
-        chunks = [{k: np.asarray([row[k] for row in log.rows]) for k in log.rows[0]}]
+    settings = dict(total_steps=int(total_steps), num_envs=int(num_envs), checkpoint_every=checkpoint_every)
+    settings.update(config=dataclasses.asdict(config), hidden=hidden, env_id=env_id, approach_shaping=approach_shaping)
+    checkpointers = [] if out is None else [_bot_folder(Path(out), {**settings, "key": np.asarray(key).tolist()})]
+    try:
+        if checkpointers and checkpointers[0].all_steps():  # resume: where the bot's run saved last
+            state = driver.restore(checkpointers, state, False, start_over=f"delete {out} to train the bot again")
+        log = None if out is None else MetricsLog(Path(out), updates_done(state))
+        checkpoints, chunks = [], []
+        steps = driver.chunks(
+            run, state, total_updates, chunk=total_updates, checkpointers=checkpointers, stops=bounds, say=print
+        )
+        for state, metrics, n, _ in steps:
+            if log is None:
+                checkpoints.append(jax.device_get(actor_weights(state.train_state.params)))
+                chunks.append(metrics)
+            else:
+                log.append([{k: np.asarray(v)[i].item() for k, v in metrics.items()} for i in range(n)])
+        if log is not None:  # every checkpoint and row, the ones of an earlier (interrupted) run included
+            template = jax.device_get(state)
+            restored = [checkpointers[0].restore(template, step) for step in bounds[1:]]
+            checkpoints = [actor_weights(s.train_state.params) for s in restored]
+            chunks = [{k: np.asarray([row[k] for row in log.rows]) for k in log.rows[0]}]
+    finally:
+        for checkpointer in checkpointers:
+            checkpointer.close()
     metrics = {k: np.concatenate([np.asarray(c[k]) for c in chunks], axis=-1) for k in chunks[0]}
     metrics["env_steps"] = metrics["update"].astype(np.int64) * per_update
     metrics["checkpoint_env_steps"] = np.asarray(bounds[1:], np.int64) * per_update
     return checkpoints, metrics
+
+
+def _bot_folder(out: Path, settings: dict) -> Checkpointer:
+    """The checkpointer of a bot trained in `out`, which records the settings it trains with
+    (`run.json`) and refuses others: another budget or schedule would ask for checkpoints it lacks."""
+    record = out / "run.json"
+    if record.exists() and json.loads(record.read_text()) != settings:
+        raise ValueError(f"{out} holds a bot trained with other settings ({record}): use another folder")
+    out.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps(settings, indent=2))
+    return Checkpointer(out, None, max_to_keep=None, save_config=False)
 
 
 def random_tags(features, prev_tags, done, time_s, key) -> jax.Array:

@@ -104,6 +104,11 @@ class Checkpointer:
         self._mngr.wait_until_finished()
         return step
 
+    def delete_after(self, step: int) -> None:
+        """Drops every checkpoint later than `step` (a resume that goes on from `step`)."""
+        for later in [s for s in self.all_steps() if s > step]:
+            self._mngr.delete(later)
+
     def meta(self, step: int) -> dict:
         """The JSON object saved with `step`."""
         return self._mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]

@@ -97,18 +97,23 @@ def save(checkpointers: Sequence, state, batched: bool) -> None:
         checkpointer.save(take(host, i))
 
 
-def restore(checkpointers: Sequence, template, batched: bool):
-    """Every run's state at the newest update all of them saved, shaped (and stacked) like `template`."""
+def restore(checkpointers: Sequence, template, batched: bool, start_over: str = "--fresh starts the run over"):
+    """Every run's state at the newest update all of them saved, shaped (and stacked) like `template`.
+
+    A run that saved a later update (a kill between two runs' saves) drops it, so the runs go on in
+    step and the next save of that update is not refused. `start_over` is the error's hint.
+    """
     common = set.intersection(*(set(c.all_steps()) for c in checkpointers))
     if not common:
-        raise UserError("the runs' checkpoints share no update: start over with --fresh")
+        raise UserError(f"the runs' checkpoints share no update: {start_over}")
     step = max(common)
     try:
         restored = [c.restore(take(template, i, batched), step) for i, c in enumerate(checkpointers)]
     except (ValueError, KeyError, TypeError) as exc:
         raise UserError(
             f"cannot resume {checkpointers[0].run_dir}: its checkpoint does not match this version's training "
-            f"state ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); its policy still loads "
-            "(load_policy), and --fresh starts the run over"
+            f"state ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); {start_over}"
         ) from None
+    for checkpointer in checkpointers:
+        checkpointer.delete_after(step)
     return stack(restored) if batched else restored[0]

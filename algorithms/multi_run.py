@@ -186,13 +186,3 @@ def make_batch_trainer(runs: Sequence[Run], mesh: Mesh | None | str = "auto") ->
         return init_runs(trainer, keys, hypers)
 
     return BatchTrainer(runs, trainer, init, run_fns(trainer, batched=True)[1], mesh)
-
-
-def take(tree, i: int):
-    """Run `i`'s slice of a batched pytree."""
-    return jax.tree.map(lambda x: x[i], tree)
-
-
-def stack(trees: Sequence):
-    """Runs' pytrees stacked along a new leading run axis (the inverse of `take`)."""
-    return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)

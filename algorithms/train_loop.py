@@ -203,7 +203,7 @@ def main(argv=None) -> int:
     runner = jax.jit(trainer.init)(training_key(config.seed))
     if existing:
         ckpt = Checkpointer(run_dir, config, max_to_keep=args.keep or None)
-        runner = driver.restore([ckpt], runner, batched=False)
+        runner = driver.restore([ckpt], runner, False, "its policy still loads (load_policy); --fresh starts it over")
         _say(f"resumed {run_dir} at update {int(runner.update)}/{config.num_updates}")
     else:
         if config.init_from:

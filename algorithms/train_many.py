@@ -33,9 +33,9 @@ from jaxarena.scenarios import training_standard
 from . import driver
 from .collapse import CollapseWatch
 from .config import PPOConfig
-from .driver import take, updates_done
+from .driver import stack, take, updates_done
 from .loggers import make_logger
-from .multi_run import Run, group_runs, make_batch_trainer, stack
+from .multi_run import Run, group_runs, make_batch_trainer
 from .train_metrics import MetricsLog, log_chunk, plot_curves
 
 SUMMARY_FILES = ("summary.md", "summary.json")
@@ -141,13 +141,13 @@ def train_many(args, base: PPOConfig, sweep: dict[str, list[str]], warm_start) -
             for f in files:  # only now, with the start known to work, is anything written
                 f.path.mkdir(parents=True, exist_ok=True)
                 f.ckpt = Checkpointer(f.path, f.run.config, max_to_keep=args.keep or None)
-                start = int(np.asarray(runner.update)[0])
+                start = updates_done(runner)
                 f.log = MetricsLog(f.path, start)
                 f.watch = CollapseWatch(training_standard(config.scenario), config.bots)
                 if message := f.watch.update(f.log.rows):  # a resumed run: its verdict so far
                     bar.write(f"{f.run.name}: {message}")
                 f.loggers = [_logger(args, kind, f, start * config.steps_per_update) for kind in args.log]
-            bar.update(int(np.asarray(runner.update)[0]) * config.steps_per_update * len(group))
+            bar.update(updates_done(runner) * config.steps_per_update * len(group))
             runner = batch.place(runner)
             try:
                 _train_group(args, batch, runner, files, bar, t0)

@@ -113,9 +113,12 @@ def warm_start_runner(config: PPOConfig, runner, mesh=None):
     src_config, src_params = load_params(config.init_from)
     fresh = runner.train_state.params if mesh is None else distributed.host(runner.train_state.params)
     src_net, dst_net = src_config.network_kwargs(), config.network_kwargs()
-    if (src_net["hidden"], src_net["activation"]) != (dst_net["hidden"], dst_net["activation"]) or (
-        src_net.get("tag_experts") and not dst_net.get("tag_experts")
-    ):
+    # A squad with memory seeds only the same memory: its layers are not the MLP's, nor another GRU's.
+    if (src_net["hidden"], src_net["activation"], src_net.get("memory")) != (
+        dst_net["hidden"],
+        dst_net["activation"],
+        dst_net.get("memory"),
+    ) or (src_net.get("tag_experts") and not dst_net.get("tag_experts")):
         raise UserError(f"--init-from {config.init_from}: network {src_net} differs from this run's {dst_net}")
     try:
         rows = input_rows(

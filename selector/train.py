@@ -8,12 +8,14 @@ tags), keeping a checkpoint every `bot_steps`; the selector then trains in
 generations, and before each the bot's next checkpoint fills a slot of the
 population, so later generations meet stronger RL-trained bots.
 
-Everything goes to `--out`: `config.json`, `metrics.jsonl` (one row per
-chunk of updates, with decisions/s and env-steps/s), `curves.png`, and
-`selector.msgpack` (the network, optimiser state, population and progress),
-rewritten atomically after every chunk, and with learned bots `bots.msgpack`
-(their checkpoints) and `bot_metrics.json`. Re-running with the same `--out`
-resumes from it (episodes in flight restart), so a crash loses one chunk.
+Everything goes to `--out`: `config.json`, `metrics.jsonl`/`metrics.csv` (one
+row per update, with decisions/s and env-steps/s), `curves.png`, and the
+training driver's checkpoints (`checkpoints/`: the network, optimiser state,
+population, the episodes in flight and progress) after every chunk; with
+learned bots, `bot/` holds the bot's own run (its checkpoints and metrics).
+Re-running with the same `--out` resumes both exactly where they stopped, so a
+crash loses one chunk. `export_selector` writes the shipped form,
+`selector.msgpack`, which `load_selector` reads beside run folders.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from jaxarena.algorithms.ppo_core import CoreConfig, make_core_trainer
 from jaxarena.algorithms.train_metrics import MetricsLog
 from jaxarena.cli_errors import ArgumentParser, cli_main
 from jaxarena.key_streams import learned_bot_key, selector_key
+from jaxarena.learned_bot import init_bot_weights
 from jaxarena.names import BOT_TYPES
 
 from .curves import plot_curves
@@ -126,7 +129,7 @@ def build(config: SelectorConfig):
 
     policy, squad_params = load_policy(config.squad)
     arena, base = jaxarena.make(getattr(policy, "env_id", "Arena-v0"), scenario=config.scenario)
-    template = _bot_template(config) if config.slots else None
+    template = init_bot_weights(jax.random.PRNGKey(0)) if config.slots else None
     population = make_population(
         base, variants=config.population == "population", learned_slots=config.slots, bot_weights_template=template
     )
@@ -171,6 +174,12 @@ def train(config: SelectorConfig, out: str | Path, progress: bool = True, seeds:
         saved_config = d / "config.json"
         if saved_config.exists() and json.loads(saved_config.read_text()) != dataclasses.asdict(c):
             raise ValueError(f"{d} holds a run with another config ({saved_config}); use a new --out")
+    for d in dirs:  # an earlier version kept a run in selector.msgpack: its selector loads, it does not resume
+        if (d / SHIPPED).exists() and not has_checkpoint(d):
+            raise ValueError(
+                f"{d} holds a selector run of an earlier version ({SHIPPED}), which cannot be resumed: its "
+                "selector still loads (load_selector); use a new --out to train again"
+            )
     have = [has_checkpoint(d) for d in dirs]
     if any(have) and not all(have):
         raise ValueError(
@@ -189,8 +198,18 @@ def train(config: SelectorConfig, out: str | Path, progress: bool = True, seeds:
     state = jax.jit(init)(keys)
     bots = [_learned_bots(c, squad_policy, squad_params, d, progress) for c, d in zip(configs, dirs, strict=True)]
     checkpointers = [Checkpointer(d, None, save_config=False) for d in dirs]
+    try:
+        return _train_chunks(config, env, run_updates, state, checkpointers, dirs, bots, have, progress)
+    finally:
+        for checkpointer in checkpointers:
+            checkpointer.close()
+
+
+def _train_chunks(config: SelectorConfig, env, run_updates, state, checkpointers, dirs, bots, have, progress):
+    """The selector's run through the training driver (resumed where every seed saved), logged per update."""
+    seeds, batched = len(dirs), len(dirs) > 1
     if all(have):
-        state = driver.restore(checkpointers, state, batched)
+        state = driver.restore(checkpointers, state, batched, start_over="use a new --out to train again")
     logs = [MetricsLog(d, updates_done(state)) for d in dirs]
 
     total = config.num_updates
@@ -244,17 +263,9 @@ def train(config: SelectorConfig, out: str | Path, progress: bool = True, seeds:
             + f"  {lasts[0]['decisions_per_s']:.0f} decisions/s"
             + (f" ({seeds} seeds, means)" if batched else ""),
         )
-    for checkpointer in checkpointers:
-        checkpointer.close()
     for log, d in zip(logs, dirs, strict=True):
         plot_curves(log.rows, d / "curves.png")
     return [log.rows[-1] for log in logs] if batched else logs[0].rows[-1]
-
-
-def _bot_template(config: SelectorConfig):
-    from jaxarena.learned_bot import init_bot_weights
-
-    return init_bot_weights(jax.random.PRNGKey(0))
 
 
 def _learned_bots(config: SelectorConfig, squad_policy, squad_params, out: Path, progress: bool) -> list:

@@ -34,8 +34,8 @@ import numpy as np
 from jaxarena.algorithms.batch_runs import init_runs, run_fns
 from jaxarena.algorithms.checkpoint import make_policy
 from jaxarena.algorithms.config import SWEEPABLE, PPOConfig, parse_field
+from jaxarena.algorithms.driver import take
 from jaxarena.algorithms.evaluation import run_episodes, win_rates
-from jaxarena.algorithms.multi_run import take
 from jaxarena.algorithms.ppo import make_trainer
 from jaxarena.algorithms.ppo_objective import hyper_of
 from jaxarena.algorithms.train_many import EVAL_KEY

@@ -25,7 +25,8 @@ from jaxarena.algorithms.bot_training import DEFAULT_CONFIG as BOT_CONFIG
 from jaxarena.algorithms.bot_training import BotActorCritic
 from jaxarena.algorithms.checkpoint import has_checkpoint, load_params, read_config
 from jaxarena.algorithms.config import parse_field
-from jaxarena.algorithms.multi_run import group_runs, make_batch_trainer, parse_sweep, plan_runs, take
+from jaxarena.algorithms.driver import take
+from jaxarena.algorithms.multi_run import group_runs, make_batch_trainer, parse_sweep, plan_runs
 from jaxarena.algorithms.ppo_core import make_core_trainer
 from jaxarena.algorithms.train_loop import main
 from jaxarena.bot_arena import BotArena
