@@ -150,7 +150,7 @@ def train_bot(
         log = None if out is None else MetricsLog(Path(out), updates_done(state))
         checkpoints, chunks = [], []
         steps = driver.chunks(
-            run, state, total_updates, chunk=total_updates, checkpointers=checkpointers, stops=bounds, say=print
+            run, state, total_updates, chunk=total_updates, checkpointers=checkpointers, stops=bounds, say=_quiet
         )
         for state, metrics, n, _ in steps:
             if log is None:
@@ -170,6 +170,10 @@ def train_bot(
     metrics["env_steps"] = metrics["update"].astype(np.int64) * per_update
     metrics["checkpoint_env_steps"] = np.asarray(bounds[1:], np.int64) * per_update
     return checkpoints, metrics
+
+
+def _quiet(message: str) -> None:
+    """The driver's compile lines go unsaid: the bot trains inside other commands, whose stdout is theirs."""
 
 
 def _bot_folder(out: Path, settings: dict) -> Checkpointer:

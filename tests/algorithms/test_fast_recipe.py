@@ -121,12 +121,12 @@ def test_time_to_policy_smoke_mode_reports_the_old_and_the_new_recipe(tmp_path):
 
 @pytest.mark.slow  # a tiny run compiled in-process, twice
 def test_an_interrupted_run_says_how_to_resume_and_the_same_command_does(tmp_path, capsys, monkeypatch):
-    from jaxarena.algorithms import train_loop
+    from jaxarena.algorithms import train_metrics
 
     command = ["--total-steps", str(6 * 8 * 4), "--out", str(tmp_path / "run"), "--chunk", "2", "--no-progress"]
     command += ["--num-envs", "6", "--num-steps", "8", "--hidden", "8", "--keep-xla-flags"]
     calls = {"n": 0}
-    real = train_loop.host_metrics
+    real = train_metrics.host_metrics
 
     def ctrl_c_in_the_second_chunk(metrics, i):
         calls["n"] += 1
@@ -134,17 +134,17 @@ def test_an_interrupted_run_says_how_to_resume_and_the_same_command_does(tmp_pat
             raise KeyboardInterrupt
         return real(metrics, i)
 
-    monkeypatch.setattr(train_loop, "host_metrics", ctrl_c_in_the_second_chunk)
+    monkeypatch.setattr(train_metrics, "host_metrics", ctrl_c_in_the_second_chunk)
     assert main(command) == 130
     err = capsys.readouterr().err
     assert "jaxarena-train: interrupted; the unfinished chunk is lost" in err and "run the same command again" in err
     assert "Traceback" not in err
-    monkeypatch.setattr(train_loop, "host_metrics", real)
+    monkeypatch.setattr(train_metrics, "host_metrics", real)
     assert main(command) == 0
     assert "at update 2/4" in capsys.readouterr().out
     # Stopped in its first chunk, a run has nothing saved, and says so.
     calls["n"] = 2
-    monkeypatch.setattr(train_loop, "host_metrics", ctrl_c_in_the_second_chunk)
+    monkeypatch.setattr(train_metrics, "host_metrics", ctrl_c_in_the_second_chunk)
     fresh = [*command, "--fresh"]
     fresh[fresh.index("--out") + 1] = str(tmp_path / "early")
     assert main(fresh) == 130
