@@ -32,10 +32,9 @@ class Sequences(NamedTuple):
     memory: jax.Array
 
 
-def reset_where(memory: jax.Array, ended: jax.Array, initial: jax.Array | None = None) -> jax.Array:
-    """`memory` with the rows of samples whose trajectory `ended` back at `initial` (default zeros)."""
-    initial = jnp.zeros_like(memory) if initial is None else initial
-    return jnp.where(ended[..., None], initial, memory)
+def reset_where(memory: jax.Array, ended: jax.Array) -> jax.Array:
+    """`memory` with the rows of samples whose trajectory `ended` back at zeros (`initial_memory`)."""
+    return jnp.where(ended[..., None], jnp.zeros_like(memory), memory)
 
 
 def first_steps(end: jax.Array) -> jax.Array:
